@@ -1,0 +1,85 @@
+"""Registries of methods and tasks.
+
+A registry maps a lowercase snake-case key to a factory and a one-line description.
+Modules register themselves with a decorator; the package ``__init__`` imports every
+module of its folder (``import_submodules``) so adding a method touches one file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+from fedbench.errors import UserError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    key: str
+    obj: T
+    description: str
+    aliases: tuple[str, ...] = ()
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, Entry[T]] = {}
+        self._aliases: dict[str, str] = {}
+
+    def register(self, key: str, description: str = "", aliases: tuple[str, ...] = ()) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
+            self.add(key, obj, description, aliases)
+            return obj
+
+        return deco
+
+    def add(self, key: str, obj: T, description: str = "", aliases: tuple[str, ...] = ()) -> None:
+        if key != key.lower() or " " in key:
+            raise ValueError(f"{self.kind} key {key!r} must be lowercase snake case")
+        if key in self._entries or key in self._aliases:
+            raise ValueError(f"{self.kind} {key!r} registered twice")
+        if not description:
+            doc = (getattr(obj, "__doc__", None) or "").strip()
+            description = doc.splitlines()[0] if doc else ""
+        self._entries[key] = Entry(key, obj, description, tuple(aliases))
+        for a in aliases:
+            self._aliases[a] = key
+
+    def resolve(self, key: str) -> str:
+        if key in self._entries:
+            return key
+        if key in self._aliases:
+            return self._aliases[key]
+        choices = sorted(list(self._entries) + list(self._aliases))
+        close = difflib.get_close_matches(key, choices, n=1, cutoff=0.0)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"unknown {self.kind} {key!r}{hint} (choose from: {', '.join(choices)})")
+
+    def get(self, key: str) -> T:
+        return self._entries[self.resolve(key)].obj
+
+    def entry(self, key: str) -> Entry[T]:
+        return self._entries[self.resolve(key)]
+
+    def keys(self) -> list[str]:
+        return sorted(self._entries)
+
+    def entries(self) -> list[Entry[T]]:
+        return [self._entries[k] for k in self.keys()]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries or key in self._aliases
+
+
+def import_submodules(package_name: str) -> None:
+    """Import every module of a package so their ``@register`` decorators run."""
+    pkg = importlib.import_module(package_name)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package_name}.{info.name}")

@@ -1,0 +1,170 @@
+"""One base model with LoRA (through peft) and named, per-layer adapter tensors.
+
+The local runner keeps exactly one instance of the backbone. What differs between
+clients is only a dict of adapter/head tensors, loaded into this model before a client
+trains and read back after. Tensor names are *canonical* peft parameter names with the
+adapter name removed, e.g. ``blocks.3.attn.proj.lora_A.weight``.
+
+Real freezing: every parameter has ``requires_grad=False`` except the tensors a client
+trains, so autograd records nothing (no saved activations, no backward) below the lowest
+trainable layer. :meth:`AdapterModel.subset_blocks` swaps the block container for one
+holding only the chosen blocks in ascending order (FedRA's physically smaller model):
+the skipped blocks cost neither forward nor backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Iterable, Iterator, Mapping, Sequence
+
+import torch
+from peft import LoraConfig, inject_adapter_in_model
+from peft.tuners.lora import LoraLayer
+from torch import nn
+
+from fedbench.tasks.base import ModelBundle, get_submodule
+
+DEFAULT_ADAPTER = "default"
+_LORA_RE = re.compile(r"\.(lora_[AB])\.([^.]+)\.")
+
+
+def canonical(name: str) -> tuple[str, str | None]:
+    """peft parameter name -> (canonical name, adapter name or None for non-LoRA)."""
+    m = _LORA_RE.search(name)
+    if not m:
+        return name, None
+    return name[: m.start()] + f".{m.group(1)}." + name[m.end():], m.group(2)
+
+
+def tensor_bytes(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> int:
+    values = tensors.values() if isinstance(tensors, Mapping) else tensors
+    return int(sum(t.numel() * t.element_size() for t in values))
+
+
+class AdapterModel:
+    """A model with LoRA on the task's target modules, addressed by layer.
+
+    Attributes:
+        layer_keys: adapter layer j -> canonical names of its LoRA tensors.
+        head_keys: canonical names of the head tensors (trained by every client).
+    """
+
+    def __init__(self, bundle: ModelBundle, r: int, alpha: float, dropout: float, target_profile: str,
+                 device: torch.device | str = "cpu"):
+        self.bundle = bundle
+        self.model = bundle.model
+        self.r, self.alpha, self.dropout = r, alpha, dropout
+        self.layer_modules = bundle.layer_map(target_profile)
+        self._targets = [n for j in sorted(self.layer_modules) for n in self.layer_modules[j]]
+        self._inject(DEFAULT_ADAPTER, r, alpha)
+        self.model.to(device)
+        self.device = torch.device(device)
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.active = DEFAULT_ADAPTER
+        self._index()
+        self.layer_keys = {j: self._keys_under(mods, DEFAULT_ADAPTER) for j, mods in self.layer_modules.items()}
+        self.head_keys = [k for m in bundle.head_modules for k in self._keys_under([m], None)]
+        if not self.head_keys and bundle.head_modules:
+            raise ValueError(f"head modules {bundle.head_modules} have no parameters")
+        blocks = bundle.blocks()
+        self.block_bytes = {
+            j: tensor_bytes([p for n, p in blocks[j].named_parameters() if "lora_" not in n]) for j in range(len(blocks))
+        }
+
+    # -- construction ----------------------------------------------------------------
+    def _inject(self, adapter: str, r: int, alpha: float) -> None:
+        cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=self.dropout, target_modules=self._targets, bias="none")
+        inject_adapter_in_model(cfg, self.model, adapter_name=adapter)
+
+    def _index(self) -> None:
+        # (canonical name, adapter) -> parameter; head/base params have adapter None
+        self._params: dict[tuple[str, str | None], nn.Parameter] = {}
+        for name, p in self.model.named_parameters():
+            self._params[canonical(name)] = p
+
+    def _keys_under(self, modules: Sequence[str], adapter: str | None) -> list[str]:
+        prefixes = tuple(m + "." for m in modules)
+        return [k for (k, a) in self._params if a == adapter and k.startswith(prefixes)]
+
+    @property
+    def all_keys(self) -> list[str]:
+        return [k for j in sorted(self.layer_keys) for k in self.layer_keys[j]] + self.head_keys
+
+    # -- adapters of other ranks (rank-heterogeneous methods) --------------------------
+    def ensure_adapter(self, name: str, r: int, alpha: float | None = None) -> None:
+        """Add a LoRA adapter ``name`` of rank ``r`` on the same targets (once)."""
+        if any(a == name for (_, a) in self._params):
+            return
+        self._inject(name, r, self.alpha if alpha is None else alpha)
+        self.model.to(self.device)
+        self._index()
+        self._set_active(self.active)  # injecting may activate the new adapter; keep ours
+
+    @contextlib.contextmanager
+    def use_adapter(self, name: str) -> Iterator[None]:
+        """Make ``name`` the active LoRA adapter of every LoRA layer inside the block."""
+        prev = self.active
+        self._set_active(name)
+        try:
+            yield
+        finally:
+            self._set_active(prev)
+
+    def _set_active(self, name: str) -> None:
+        for m in self.model.modules():
+            if isinstance(m, LoraLayer):
+                m.set_adapter(name)  # peft also flips requires_grad on; undo below
+        for (k, a), p in self._params.items():
+            p.requires_grad_(False)
+        self.active = name
+
+    # -- tensors -----------------------------------------------------------------------
+    def param(self, key: str, adapter: str | None = None) -> nn.Parameter:
+        if (key, None) in self._params:
+            return self._params[(key, None)]
+        return self._params[(key, adapter or self.active)]
+
+    def read(self, keys: Iterable[str], adapter: str | None = None) -> dict[str, torch.Tensor]:
+        return {k: self.param(k, adapter).detach().clone() for k in keys}
+
+    @torch.no_grad()
+    def load(self, tensors: Mapping[str, torch.Tensor], adapter: str | None = None) -> None:
+        for k, t in tensors.items():
+            p = self.param(k, adapter)
+            if p.shape != t.shape:
+                raise ValueError(f"{k}: payload shape {tuple(t.shape)} != model shape {tuple(p.shape)}")
+            p.copy_(t)
+
+    def set_trainable(self, keys: Iterable[str], adapter: str | None = None) -> list[nn.Parameter]:
+        """Only ``keys`` require grad afterwards; returns those parameters."""
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        params = [self.param(k, adapter) for k in keys]
+        for p in params:
+            p.requires_grad_(True)
+        return params
+
+    # -- physically smaller models -----------------------------------------------------
+    @contextlib.contextmanager
+    def subset_blocks(self, blocks: Sequence[int] | None) -> Iterator[None]:
+        """Run the model with only ``blocks`` (ascending) in its block container."""
+        if blocks is None or list(blocks) == list(range(self.bundle.n_layers)):
+            yield
+            return
+        path = self.bundle.blocks_path
+        parent_path, _, attr = path.rpartition(".")
+        parent = get_submodule(self.model, parent_path)
+        full = getattr(parent, attr)
+        chosen = [full[j] for j in sorted(blocks)]
+        smaller = nn.Sequential(*chosen) if isinstance(full, nn.Sequential) else nn.ModuleList(chosen)
+        setattr(parent, attr, smaller)
+        try:
+            yield
+        finally:
+            setattr(parent, attr, full)
+
+    def n_params_bytes(self) -> int:
+        """Bytes of every parameter currently reachable from the model (after subsetting)."""
+        return tensor_bytes([p for p in self.model.parameters()])

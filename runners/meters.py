@@ -1,0 +1,99 @@
+"""Meters: FLOPs, memory, traffic and time, measured, never estimated.
+
+- FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` around a client's training step,
+  forward (loss computation) and backward counted separately.
+- Memory: on every device a device-independent *accounted* figure for one step:
+  parameters reachable from the (possibly smaller) model + gradients of trainable
+  parameters + optimizer state + bytes saved for backward (``saved_tensors_hooks``,
+  each storage counted once, parameters excluded). On CUDA also the allocator's peak
+  (``max_memory_allocated``, reset per client) minus the resident bytes of blocks the
+  client's model does not contain (the simulator keeps one full backbone on the GPU).
+- Traffic: numel x element size of the tensors in each payload that crosses the runner
+  boundary, down and up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+
+@contextlib.contextmanager
+def count_flops() -> Iterator[FlopCounterMode]:
+    with FlopCounterMode(display=False) as fc:
+        yield fc
+
+
+class SavedTensorBytes:
+    """Sum of bytes autograd saves for backward inside the context (params excluded)."""
+
+    def __init__(self, exclude: list[torch.Tensor]):
+        self._exclude = {p.untyped_storage().data_ptr() for p in exclude}
+        self._seen: set[int] = set()
+        self.bytes = 0
+
+    def _pack(self, t: torch.Tensor):
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr not in self._exclude and ptr not in self._seen:
+            self._seen.add(ptr)
+            self.bytes += st.nbytes()
+        return t
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator["SavedTensorBytes"]:
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+            yield self
+
+
+def optimizer_state_bytes(opt: torch.optim.Optimizer) -> int:
+    total = 0
+    for st in opt.state.values():
+        for v in st.values():
+            if isinstance(v, torch.Tensor):
+                total += v.numel() * v.element_size()
+    return total
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Stopwatch:
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self):
+        sync(self.device)
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        sync(self.device)
+        self.seconds = time.perf_counter() - self.t0
+
+
+@dataclass
+class ClientCost:
+    """What one client's local training cost in one round."""
+
+    client: int
+    tier: int
+    steps: int = 0
+    n_examples: int = 0
+    flops_forward_step: float = 0.0  # measured on the first step
+    flops_backward_step: float = 0.0
+    flops_total: float = 0.0  # measured step scaled by batch size over all steps
+    accounted_bytes: int = 0
+    cuda_peak_bytes: int | None = None
+    seconds: float = 0.0
+    down_bytes: int = 0
+    up_bytes: int = 0
+    train_loss: float | None = None
+    breakdown: dict = field(default_factory=dict)

@@ -1,0 +1,479 @@
+"""Result records: one JSON file per run (schema version 1).
+
+A record is the only thing leaderboards and plots read. Its shape (see
+``docs/design.md``, "Result record") is::
+
+    schema_version, status ("ok" | "failed" | "cancelled"), error
+    run      what ran: method, task, setting, resource tiers, seed, code version, ...
+    results  quality: metric_name, final, best, best_round, per_domain, extra, curve
+    cost     tflops_per_step, peak_mem_gb, accounted_mem_gb, traffic, seconds
+    env      package versions and GPU name
+
+:func:`empty_record` returns the full skeleton (every key present, empty values) that a
+runner fills in; :func:`validate_record` checks it by hand (no jsonschema dependency);
+:func:`write_record` writes it atomically; :func:`load_records` reads a tree of them.
+
+Conventions the validator enforces beyond "right key, right type":
+
+* ``int`` fields reject ``bool`` (and floats); number fields accept ``int`` or ``float``
+  but not ``bool``.
+* With ``status == "ok"``, no NaN or infinity may appear anywhere under ``results`` or
+  ``cost``: a run whose loss went NaN must be recorded as ``"failed"``. Failed and
+  cancelled records may carry NaN in memory; :func:`write_record` turns it into ``null``.
+* ``results.curve`` rounds strictly increase; ``run.rounds_completed <= run.rounds``.
+* Keys not in the schema are allowed (ignored) so newer writers stay readable.
+
+Only the standard library is imported here: the leaderboard imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fedbench.errors import UserError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "failed", "cancelled")
+PEAK_MEM_SOURCES = ("cuda", "accounted")
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "RecordError",
+    "atomic_write_text",
+    "empty_record",
+    "load_records",
+    "record_path",
+    "validate_record",
+    "write_record",
+]
+
+
+class RecordError(ValueError):
+    """A result record that does not match the schema; the message starts with the
+    dotted path of the first problem, e.g. ``cost.peak_mem_gb.mean: expected ...``."""
+
+
+# --------------------------------------------------------------------------- schema
+# A spec is one of:
+#   (kind, nullable)      kind in "int", "num", "str", "bool", "dict", "list"
+#   _Obj({key: spec})     a dict with these required keys (extra keys allowed)
+#   _MapOf(spec)          a dict with str keys, every value matching spec
+#   _ListOf(spec)         a list, every item matching spec
+# each of the last three optionally nullable.
+
+
+class _Obj:
+    def __init__(self, fields: dict[str, Any], nullable: bool = False):
+        self.fields = fields
+        self.nullable = nullable
+
+
+class _MapOf:
+    def __init__(self, value: Any, nullable: bool = False):
+        self.value = value
+        self.nullable = nullable
+
+
+class _ListOf:
+    def __init__(self, item: Any, nullable: bool = False):
+        self.item = item
+        self.nullable = nullable
+
+
+INT, INT_N = ("int", False), ("int", True)
+NUM, NUM_N = ("num", False), ("num", True)
+STR, STR_N = ("str", False), ("str", True)
+BOOL, BOOL_N = ("bool", False), ("bool", True)
+DICT = ("dict", False)
+
+_MEAN_MAX_BY_TIER = _Obj({
+    "mean": NUM_N,
+    "max": NUM_N,
+    "by_tier": _MapOf(_Obj({"mean": NUM, "max": NUM})),
+})
+
+_SCHEMA = _Obj({
+    "schema_version": INT,
+    "status": STR,
+    "error": STR_N,
+    "run": _Obj({
+        "run_id": STR,
+        "method": STR,
+        "method_config": DICT,
+        "task": STR,
+        "task_config": DICT,
+        "setting": STR,
+        "roc": STR_N,
+        "capacities": _ListOf(INT, nullable=True),
+        "dynamic": BOOL,
+        "n_clients": INT,
+        "clients_per_round": INT,
+        "rounds": INT,
+        "rounds_completed": INT,
+        "local_epochs": INT,
+        "batch_size": INT,
+        "optimizer": STR,
+        "lr": NUM,
+        "seed": INT,
+        "device": STR,
+        "runner": STR,
+        "created_at": STR,
+        "fedbench_version": STR,
+        "git_commit": STR_N,
+        "git_dirty": BOOL_N,
+        "partition_fingerprint": STR_N,
+        "client_tiers": _MapOf(INT),
+        "tiers": _ListOf(_Obj({"tier": INT, "layers": INT_N, "rank": INT_N, "fraction": NUM_N})),
+        "resource_label": STR,
+    }),
+    "results": _Obj({
+        "metric_name": STR,
+        "final": NUM_N,
+        "best": NUM_N,
+        "best_round": INT_N,
+        "per_domain": _MapOf(NUM, nullable=True),
+        "extra": DICT,
+        "curve": _ListOf(_Obj({"round": INT, "metric": NUM_N, "train_loss": NUM_N})),
+    }),
+    "cost": _Obj({
+        "tflops_per_step": _Obj({
+            "mean": NUM_N,
+            "forward_mean": NUM_N,
+            "backward_mean": NUM_N,
+            "by_tier": _MapOf(_Obj({"mean": NUM, "forward": NUM, "backward": NUM})),
+        }),
+        "tflops_total": NUM_N,
+        "server_tflops_total": NUM_N,
+        "flops_source": STR,
+        "peak_mem_gb": _MEAN_MAX_BY_TIER,
+        "peak_mem_source": STR,
+        "accounted_mem_gb": _MEAN_MAX_BY_TIER,
+        "traffic_mb_per_client_round": _Obj({
+            "down": NUM_N,
+            "up": NUM_N,
+            "total": NUM_N,
+            "by_tier": _MapOf(_Obj({"down": NUM, "up": NUM, "total": NUM})),
+        }),
+        "traffic_mb_total": NUM_N,
+        "seconds_per_round": NUM_N,
+        "seconds_total": NUM_N,
+        "seconds_per_client_step": NUM_N,
+        "server_seconds_total": NUM_N,
+    }),
+    "env": _Obj({
+        "python": STR,
+        "torch": STR_N,
+        "transformers": STR_N,
+        "peft": STR_N,
+        "timm": STR_N,
+        "gpu": STR,
+    }),
+})
+
+_KIND_DESC = {"int": "int", "num": "number", "str": "str", "bool": "bool", "dict": "dict", "list": "list"}
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    return type(value).__name__
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "num":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "dict":
+        return isinstance(value, dict)
+    if kind == "list":
+        return isinstance(value, list)
+    raise AssertionError(kind)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _expect(path: str, desc: str, nullable: bool, value: Any) -> RecordError:
+    return RecordError(f"{path}: expected {desc}{' or null' if nullable else ''}, got {_type_name(value)}")
+
+
+def _check(value: Any, spec: Any, path: str) -> None:
+    if isinstance(spec, tuple):
+        kind, nullable = spec
+        if value is None and nullable:
+            return
+        if not _is_kind(value, kind):
+            raise _expect(path, _KIND_DESC[kind], nullable, value)
+        return
+    if value is None and spec.nullable:
+        return
+    if isinstance(spec, _ListOf):
+        if not isinstance(value, list):
+            raise _expect(path, "list", spec.nullable, value)
+        for i, item in enumerate(value):
+            _check(item, spec.item, f"{path}[{i}]")
+        return
+    if not isinstance(value, dict):
+        raise _expect(path or "record", "dict", spec.nullable, value)
+    if isinstance(spec, _MapOf):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise RecordError(f"{path}: expected str keys, got {_type_name(key)} key {key!r}")
+            _check(item, spec.value, _join(path, key))
+        return
+    for key, sub in spec.fields.items():
+        if key not in value:
+            raise RecordError(f"{_join(path, key)}: missing required key")
+        _check(value[key], sub, _join(path, key))
+
+
+def _first_nonfinite(value: Any, path: str) -> tuple[str, float] | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _first_nonfinite(item, _join(path, str(key)))
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _first_nonfinite(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def validate_record(rec: dict) -> None:
+    """Raise :class:`RecordError` naming the dotted path of the first problem in ``rec``.
+
+    Checks, in this order: ``schema_version`` and ``status`` values, then every required
+    key at every level with its type (schema order), then the cross-field rules (enum of
+    ``cost.peak_mem_source``, ``run.rounds_completed <= run.rounds``, curve rounds
+    strictly increasing), then, for ``status == "ok"``, that ``results`` and ``cost`` hold
+    no NaN or infinity.
+    """
+    if not isinstance(rec, dict):
+        raise RecordError(f"record: expected dict, got {_type_name(rec)}")
+    for key in ("schema_version", "status"):
+        if key not in rec:
+            raise RecordError(f"{key}: missing required key")
+    version = rec["schema_version"]
+    if not _is_kind(version, "int"):
+        raise _expect("schema_version", "int", False, version)
+    if version != SCHEMA_VERSION:
+        raise RecordError(f"schema_version: unsupported version {version} (this code reads {SCHEMA_VERSION})")
+    status = rec["status"]
+    if status not in STATUSES:
+        raise RecordError(f"status: expected one of {', '.join(map(repr, STATUSES))}, got {status!r}")
+
+    _check(rec, _SCHEMA, "")
+
+    source = rec["cost"]["peak_mem_source"]
+    if source not in PEAK_MEM_SOURCES:
+        raise RecordError(
+            f"cost.peak_mem_source: expected one of {', '.join(map(repr, PEAK_MEM_SOURCES))}, got {source!r}")
+    run = rec["run"]
+    for key in ("n_clients", "clients_per_round", "rounds", "rounds_completed", "local_epochs", "batch_size"):
+        if run[key] < 0:
+            raise RecordError(f"run.{key}: must be >= 0, got {run[key]}")
+    if run["rounds_completed"] > run["rounds"]:
+        raise RecordError(
+            f"run.rounds_completed: {run['rounds_completed']} exceeds run.rounds ({run['rounds']})")
+    curve = rec["results"]["curve"]
+    for i in range(1, len(curve)):
+        prev, cur = curve[i - 1]["round"], curve[i]["round"]
+        if cur <= prev:
+            raise RecordError(
+                f"results.curve[{i}].round: rounds must be strictly increasing, got {cur} after {prev}")
+
+    if status == "ok":
+        for section in ("results", "cost"):
+            found = _first_nonfinite(rec[section], section)
+            if found:
+                where, value = found
+                raise RecordError(f"{where}: non-finite number ({value}) not allowed when status is 'ok'")
+
+
+# --------------------------------------------------------------------------- skeleton
+
+
+def empty_record() -> dict:
+    """A record with every key present and empty values, status ``"failed"``.
+
+    Strings are ``""``, counts ``0``, flags ``False``, containers empty, nullable fields
+    ``None``; ``peak_mem_source`` defaults to ``"accounted"`` (the device-independent
+    meter every device has). The skeleton passes :func:`validate_record`, so a runner that
+    only fills what it knows can always write a record, even when it fails early.
+    """
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": "failed",
+        "error": None,
+        "run": {
+            "run_id": "", "method": "", "method_config": {}, "task": "", "task_config": {},
+            "setting": "", "roc": None, "capacities": None, "dynamic": False,
+            "n_clients": 0, "clients_per_round": 0, "rounds": 0, "rounds_completed": 0,
+            "local_epochs": 0, "batch_size": 0, "optimizer": "", "lr": 0.0, "seed": 0,
+            "device": "", "runner": "", "created_at": "", "fedbench_version": "",
+            "git_commit": None, "git_dirty": None, "partition_fingerprint": None,
+            "client_tiers": {}, "tiers": [], "resource_label": "-",
+        },
+        "results": {
+            "metric_name": "", "final": None, "best": None, "best_round": None,
+            "per_domain": None, "extra": {}, "curve": [],
+        },
+        "cost": {
+            "tflops_per_step": {"mean": None, "forward_mean": None, "backward_mean": None, "by_tier": {}},
+            "tflops_total": None, "server_tflops_total": None, "flops_source": "",
+            "peak_mem_gb": {"mean": None, "max": None, "by_tier": {}},
+            "peak_mem_source": "accounted",
+            "accounted_mem_gb": {"mean": None, "max": None, "by_tier": {}},
+            "traffic_mb_per_client_round": {"down": None, "up": None, "total": None, "by_tier": {}},
+            "traffic_mb_total": None,
+            "seconds_per_round": None, "seconds_total": None, "seconds_per_client_step": None,
+            "server_seconds_total": None,
+        },
+        "env": {"python": "", "torch": None, "transformers": None, "peft": None, "timm": None, "gpu": ""},
+    }
+
+
+# --------------------------------------------------------------------------- paths & I/O
+
+
+def _path_part(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise RecordError(f"{where}: expected a non-empty str to build the record path, got {value!r}")
+    if value in (".", "..") or "/" in value or "\\" in value or "\0" in value:
+        raise RecordError(f"{where}: {value!r} cannot be used as a path component")
+    return value
+
+
+def record_path(root: str | os.PathLike, rec: dict) -> Path:
+    """``<root>/<task>/<method>/<run_id>.json``."""
+    run = rec.get("run") if isinstance(rec, dict) else None
+    if not isinstance(run, dict):
+        raise RecordError("run: missing required key")
+    task = _path_part(run.get("task"), "run.task")
+    method = _path_part(run.get("method"), "run.method")
+    run_id = _path_part(run.get("run_id"), "run.run_id")
+    return Path(root) / task / method / f"{run_id}.json"
+
+
+def _to_plain(value: Any, path: str) -> Any:
+    """Deep copy into plain JSON types: tuples -> lists, int dict keys -> str (as JSON
+    would), numpy scalars/arrays -> Python numbers/lists. Anything else is an error."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, int) and not isinstance(key, bool):
+                key = str(key)
+            elif not isinstance(key, str):
+                raise RecordError(f"{path or 'record'}: expected str keys, got {_type_name(key)} key {key!r}")
+            if key in out:
+                raise RecordError(f"{_join(path, key)}: duplicate key after converting keys to str")
+            out[key] = _to_plain(item, _join(path, key))
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_to_plain(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return _to_plain(value.tolist(), path)
+    raise RecordError(f"{path or 'record'}: value of type {type(value).__name__} is not JSON-serialisable")
+
+
+def _nonfinite_to_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _nonfinite_to_none(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_nonfinite_to_none(item) for item in value]
+    return value
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` atomically: a temp file in the
+    same directory, fsync, then ``os.replace``. Creates parent directories. Readers see
+    either the old file or the complete new one, never a partial write."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def write_record(rec: dict, path: str | os.PathLike) -> Path:
+    """Validate ``rec`` and write it atomically to ``path`` as JSON (sorted keys, indent 2,
+    trailing newline). Returns the path.
+
+    Before validation the record is copied into plain JSON types (tuples become lists,
+    int dict keys such as ``client_tiers`` become str, numpy scalars become Python
+    numbers). After validation every NaN/inf becomes ``null`` so a failed run with a NaN
+    loss still writes (an ``"ok"`` record with NaN is rejected by validation).
+    ``rec`` itself is not modified.
+    """
+    plain = _to_plain(rec, "")
+    validate_record(plain)
+    text = json.dumps(_nonfinite_to_none(plain), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    return atomic_write_text(path, text)
+
+
+def load_records(root: str | os.PathLike) -> list[dict]:
+    """Every valid record in ``*.json`` files under ``root`` (recursively, sorted by path).
+
+    Files that are not valid records (bad JSON, schema errors) are skipped with a logged
+    warning. Hidden files and folders (name starting with ``.``; temp files of an
+    interrupted write, editor or notebook copies) are ignored. ``root`` may also be a
+    single JSON file. A missing ``root`` is a :class:`~fedbench.errors.UserError`.
+    """
+    root = Path(root)
+    if root.is_file():
+        paths = [root]
+    elif root.is_dir():
+        paths = sorted(
+            p for p in root.rglob("*.json")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )
+    else:
+        raise UserError(f"records directory not found: {root}")
+    records = []
+    for p in paths:
+        try:
+            with open(p, encoding="utf-8") as fh:
+                rec = json.load(fh)
+            validate_record(rec)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecordError) as err:
+            log.warning("skipping %s: not a valid result record (%s)", p, err)
+            continue
+        records.append(rec)
+    return records

@@ -1,0 +1,125 @@
+"""Client resource tiers: ``--roc 6:3:1``, ``--capacities 12,10,8,6,4,3``, ``--dynamic``.
+
+A tier fixes how much a client can train: a count of adapter layers (layer methods), the
+same count as a prefix depth (depth methods), and a LoRA rank (rank methods).
+
+- ``--roc a:b:c``: fractions a/(a+b+c), ... of the clients fall into tiers 0, 1, 2 whose
+  layer budgets are ``tier_fractions`` of L (Fed-HeLLo: 1/2, 3/4, all) and whose ranks are
+  ``tier_ranks`` (1/4/16, Fed-HeLLo's HETLoRA setting). Tier 0 is the weakest.
+- ``--capacities``: per-client layer counts (FedRA), cycled when there are more clients;
+  tiers are the distinct counts in ascending order.
+- neither: every client can train everything (tier 0).
+- ``--dynamic``: every round each client's budget is redrawn (FedRA Table 4): from the
+  tier distribution (roc) or uniformly from the capacities list.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedbench.errors import UserError
+from fedbench.methods.base import ClientProfile
+
+
+def parse_roc(roc: str) -> list[float]:
+    try:
+        parts = [float(p) for p in roc.split(":")]
+    except ValueError:
+        raise UserError(f"malformed --roc {roc!r}: expected ratios like 6:3:1") from None
+    if len(parts) < 1 or any(p < 0 or not math.isfinite(p) for p in parts) or sum(parts) <= 0:
+        raise UserError(f"malformed --roc {roc!r}: expected non-negative ratios like 6:3:1")
+    return [p / sum(parts) for p in parts]
+
+
+def largest_remainder(n: int, fractions: list[float]) -> list[int]:
+    """Integer counts summing to n, as close as possible to n * fractions."""
+    raw = [n * f for f in fractions]
+    counts = [int(math.floor(r)) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - counts[i]), i))
+    for i in order[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+@dataclass
+class Tier:
+    tier: int
+    layers: int
+    rank: int
+    fraction: float | None
+
+
+class TierAssigner:
+    """Assigns each client a tier, once (static) or every round (``dynamic``)."""
+
+    def __init__(self, n_clients: int, n_layers: int, *, roc: str | None, capacities: list[int] | None,
+                 dynamic: bool, tier_fractions: list[float], tier_ranks: list[int], max_rank: int, seed: int):
+        if roc and capacities:
+            raise UserError("give either --roc or --capacities, not both")
+        self.n_clients, self.n_layers, self.dynamic = n_clients, n_layers, dynamic
+        rng = np.random.default_rng([seed, 7])
+        if roc:
+            fr = parse_roc(roc)
+            if len(fr) != len(tier_fractions):
+                raise UserError(
+                    f"--roc {roc!r} has {len(fr)} tiers but tier_fractions has {len(tier_fractions)} "
+                    f"({tier_fractions}); set run.tier_fractions to match"
+                )
+            self.tiers = [
+                Tier(t, max(1, min(n_layers, math.ceil(f * n_layers - 1e-9))), self._rank(t, len(fr), tier_ranks, f, max_rank), p)
+                for t, (f, p) in enumerate(zip(tier_fractions, fr))
+            ]
+            self.probs = np.array(fr)
+            counts = largest_remainder(n_clients, fr)
+            assignment = np.repeat(np.arange(len(fr)), counts)
+            self.assignment = rng.permutation(assignment)
+        elif capacities:
+            bad = [c for c in capacities if c < 1 or c > n_layers]
+            if bad:
+                raise UserError(f"--capacities {bad[0]} is outside 1..{n_layers} (the model has {n_layers} layers)")
+            levels = sorted(set(capacities))
+            self.tiers = [
+                Tier(t, c, self._rank(t, len(levels), tier_ranks, c / n_layers, max_rank), None)
+                for t, c in enumerate(levels)
+            ]
+            per_client = [capacities[i % len(capacities)] for i in range(n_clients)]
+            self.assignment = np.array([levels.index(c) for c in per_client])
+            self.probs = np.array([capacities.count(c) / len(capacities) for c in levels])
+        else:
+            self.tiers = [Tier(0, n_layers, max_rank, 1.0)]
+            self.assignment = np.zeros(n_clients, dtype=np.int64)
+            self.probs = np.array([1.0])
+        for t in self.tiers:
+            if t.fraction is not None and not 0 < tier_fractions[t.tier] <= 1:
+                raise UserError(f"tier_fractions must be in (0, 1], got {tier_fractions}")
+
+    @staticmethod
+    def _rank(t: int, n_tiers: int, tier_ranks: list[int], frac: float, max_rank: int) -> int:
+        if n_tiers == len(tier_ranks):
+            return int(tier_ranks[t])
+        return max(1, round(max_rank * frac))
+
+    def tier_of(self, client: int, rnd: int, rng: np.random.Generator) -> int:
+        if not self.dynamic:
+            return int(self.assignment[client])
+        return int(rng.choice(len(self.tiers), p=self.probs))
+
+    def profiles(self, clients: list[int], rnd: int, rng: np.random.Generator, sizes: list[int]) -> list[ClientProfile]:
+        out = []
+        for c in clients:
+            t = self.tiers[self.tier_of(c, rnd, rng)]
+            out.append(ClientProfile(client=c, tier=t.tier, layers=t.layers, rank=t.rank, n_examples=sizes[c]))
+        return out
+
+    def static_profiles(self, sizes: list[int]) -> dict[int, ClientProfile]:
+        return {
+            c: ClientProfile(c, int(self.assignment[c]), self.tiers[self.assignment[c]].layers,
+                             self.tiers[self.assignment[c]].rank, sizes[c])
+            for c in range(self.n_clients)
+        }
+
+    def describe(self) -> list[dict]:
+        return [{"tier": t.tier, "layers": t.layers, "rank": t.rank, "fraction": t.fraction} for t in self.tiers]

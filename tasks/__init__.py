@@ -1,0 +1,7 @@
+"""Task plugins: data, partitions, model + layer map, evaluation."""
+
+from fedbench.registry import Registry, import_submodules
+
+TASKS: Registry = Registry("task")
+
+import_submodules(__name__)

@@ -1,0 +1,211 @@
+"""Task interface: data (+ offline path), model with a layer map, loss and evaluation.
+
+A task returns a :class:`ModelBundle` from ``build_model()``: the model, the dotted path of
+its container of blocks, and per LoRA *target profile* the module-name suffixes inside a
+block (e.g. ``{"fedra": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}``). The layer map
+``block index -> module names`` follows from these, so methods never spell state-dict
+keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedbench.config import cfg_field
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Fields common to every task."""
+
+    data_dir: str | None = cfg_field(None, "local data directory (offline path); None = the task's default source")
+    model: str | None = cfg_field(None, "model: a registered alias, an HF id, a timm name or a local path")
+    eval_batch_size: int = cfg_field(64, "batch size at evaluation")
+    eval_max_examples: int | None = cfg_field(None, "evaluate on at most this many test examples (None = all)")
+
+
+@dataclass
+class ModelBundle:
+    model: nn.Module
+    blocks_path: str  # dotted attribute path of the nn.Sequential / nn.ModuleList of blocks
+    lora_targets: dict[str, list[str]]  # profile -> module suffixes inside one block
+    head_modules: list[str]  # modules every client trains and the server averages
+    default_target: str = "default"
+
+    def blocks(self) -> nn.Module:
+        return get_submodule(self.model, self.blocks_path)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks())
+
+    def layer_map(self, profile: str) -> dict[int, list[str]]:
+        """Block index -> full names of the modules that get LoRA."""
+        if profile == "default":
+            profile = self.default_target
+        if profile not in self.lora_targets:
+            from fedbench.errors import UserError
+
+            raise UserError(
+                f"LoRA target profile {profile!r} not declared by this model (has: {', '.join(sorted(self.lora_targets))})"
+            )
+        sfx = self.lora_targets[profile]
+        return {j: [f"{self.blocks_path}.{j}.{s}" for s in sfx] for j in range(self.n_layers)}
+
+
+def get_submodule(model: nn.Module, path: str) -> nn.Module:
+    return model.get_submodule(path) if path else model
+
+
+@dataclass
+class ArrayDataset:
+    """In-memory dataset of aligned tensors (dict of name -> tensor with equal first dim).
+
+    ``batch(idx)`` slices every tensor at once, which keeps the simulator's overhead low.
+    """
+
+    tensors: dict[str, torch.Tensor]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.tensors.values())))
+
+    def batch(self, idx: torch.Tensor | np.ndarray | Sequence[int]) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
+        return {k: v[idx] for k, v in self.tensors.items()}
+
+    def subset(self, idx) -> "ArrayDataset":
+        return ArrayDataset(self.batch(idx))
+
+
+@dataclass
+class TaskData:
+    train: Any  # ArrayDataset or a torch Dataset of dict examples
+    test: Any
+    train_labels: np.ndarray  # label (or category) per train example, for partitioning
+    n_classes: int
+    train_domains: np.ndarray | None = None
+    test_domains: np.ndarray | None = None
+    domain_names: list[str] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EvalResult:
+    metric_name: str
+    value: float
+    per_domain: dict[str, float] | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def iterate_batches(dataset: Any, indices: np.ndarray, batch_size: int, collate=None) -> Iterator[dict]:
+    """Yield batches of ``dataset`` at ``indices`` (in the given order)."""
+    for s in range(0, len(indices), batch_size):
+        idx = indices[s : s + batch_size]
+        if hasattr(dataset, "batch"):
+            yield dataset.batch(idx)
+        else:
+            yield (collate or torch.utils.data.default_collate)([dataset[int(i)] for i in idx])
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+class Task:
+    """Base class. Subclasses set ``config_cls`` and ``kind`` and implement the methods."""
+
+    config_cls: type[TaskConfig] = TaskConfig
+    kind: str = "classification"  # or "generation"
+    #: tiny tasks run anywhere; real tasks need data/models
+    tiny: bool = False
+
+    def __init__(self, config: TaskConfig, seed: int = 0):
+        self.config = config
+        self.seed = seed
+
+    def load(self) -> TaskData:
+        raise NotImplementedError
+
+    def build_model(self) -> ModelBundle:
+        raise NotImplementedError
+
+    def collate(self, examples: list[dict]) -> dict:
+        return torch.utils.data.default_collate(examples)
+
+    def loss(self, model: nn.Module, batch: dict) -> tuple[torch.Tensor, Any]:
+        """Mean training loss over the batch, and the raw outputs (for method loss terms)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, dataset: Any, device: torch.device, domains: np.ndarray | None = None,
+                 domain_names: list[str] | None = None) -> EvalResult:
+        raise NotImplementedError
+
+
+class ClassificationTask(Task):
+    """Shared loss/evaluation for tasks whose batches are ``{"x"| model inputs..., "y"}``."""
+
+    kind = "classification"
+    metric_name = "top1"
+
+    def forward(self, model: nn.Module, batch: dict) -> torch.Tensor:
+        """Logits (B, n_classes)."""
+        raise NotImplementedError
+
+    def loss(self, model, batch):
+        logits = self.forward(model, batch)
+        return nn.functional.cross_entropy(logits, batch["y"]), logits
+
+    @torch.no_grad()
+    def predict(self, model, dataset, device, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        preds, ys = [], []
+        for batch in iterate_batches(dataset, indices, self.config.eval_batch_size, self.collate):
+            batch = to_device(batch, device)
+            preds.append(self.forward(model, batch).argmax(-1).cpu())
+            ys.append(batch["y"].cpu())
+        return torch.cat(preds).numpy(), torch.cat(ys).numpy()
+
+    @torch.no_grad()
+    def evaluate(self, model, dataset, device, domains=None, domain_names=None):
+        idx = eval_indices(len(dataset), self.config.eval_max_examples)
+        pred, y = self.predict(model, dataset, device, idx)
+        return classification_result(self.metric_name, pred, y, None if domains is None else domains[idx], domain_names)
+
+
+def eval_indices(n: int, max_examples: int | None) -> np.ndarray:
+    """The first ``max_examples`` test examples in a fixed seeded order (all when None)."""
+    idx = np.arange(n)
+    if max_examples is not None and max_examples < n:
+        idx = np.sort(np.random.default_rng(12345).permutation(n)[:max_examples])
+    return idx
+
+
+def classification_result(metric_name: str, pred: np.ndarray, y: np.ndarray, domains: np.ndarray | None,
+                          domain_names: list[str] | None) -> EvalResult:
+    """top1 (or macro-F1 with micro-F1 as extra), with a per-domain breakdown if domains given."""
+    from sklearn.metrics import f1_score
+
+    def score(p, t):
+        if metric_name == "macro_f1":
+            return float(f1_score(t, p, average="macro", zero_division=0))
+        return float((p == t).mean()) if len(t) else float("nan")
+
+    extra = {}
+    if metric_name == "macro_f1":
+        extra["micro_f1"] = float(f1_score(y, pred, average="micro", zero_division=0))
+        extra["top1"] = float((pred == y).mean())
+    per_domain = None
+    if domains is not None:
+        names = domain_names or [str(d) for d in range(int(domains.max()) + 1)]
+        per_domain = {names[d]: score(pred[domains == d], y[domains == d]) for d in np.unique(domains)}
+        extra["domain_mean"] = float(np.mean(list(per_domain.values())))
+    return EvalResult(metric_name, score(pred, y), per_domain, extra)

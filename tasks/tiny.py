@@ -1,0 +1,311 @@
+"""Tiny built-in tasks: made-up data, tiny random-init models, CPU, seconds, no download.
+
+- ``tiny_vision``: class-structured images in six visual domains (like DomainNet/NICO++);
+  a 12-block tiny timm ViT (``model=vit``, default) or MLP-Mixer (``model=mixer``).
+- ``tiny_text``: token-sequence classification (class keywords among filler tokens);
+  a tiny 12-layer BERT built from a transformers config.
+- ``tiny_lm``: made-up instruction -> response pairs; a tiny 12-layer Llama-style causal
+  LM; Rouge-L (rouge-score) of greedy generations.
+
+Each is built so that a few rounds of FedAvg clearly beat chance: tests check learning,
+not just that code ran. Data are generated from a fixed data seed (``data_seed``), so
+every run sees the same examples whatever its run seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedbench.config import cfg_field
+from fedbench.errors import UserError
+from fedbench.tasks import TASKS
+from fedbench.tasks.base import (
+    ArrayDataset,
+    ClassificationTask,
+    EvalResult,
+    ModelBundle,
+    Task,
+    TaskConfig,
+    TaskData,
+    eval_indices,
+    iterate_batches,
+    to_device,
+)
+
+DOMAINS = ("plain", "swapped", "inverted", "gray", "faded", "noisy")
+
+
+# ----------------------------------------------------------------------------- vision
+@dataclass(frozen=True)
+class TinyVisionConfig(TaskConfig):
+    model: str | None = cfg_field("vit", "'vit' (12-block tiny ViT) or 'mixer' (12-block tiny MLP-Mixer)")
+    n_classes: int = cfg_field(10, "number of classes")
+    n_train_per_domain: int = cfg_field(240, "training images per domain")
+    n_test_per_domain: int = cfg_field(60, "test images per domain")
+    img_size: int = cfg_field(32, "image side in pixels")
+    depth: int = cfg_field(12, "transformer / mixer blocks")
+    width: int = cfg_field(48, "embedding width")
+    noise: float = cfg_field(1.0, "per-pixel noise std (signal std is 1)")
+    data_seed: int = cfg_field(0, "seed of the made-up data (fixed across runs)")
+
+
+def make_tiny_images(cfg: TinyVisionConfig, n_per_domain: int, split_seed: int) -> tuple[np.ndarray, ...]:
+    """Images (N,3,S,S) whose class is an 8x8 texture tiled over the image; six domains
+    apply a pixel-wise style (channel swap, inversion, grayscale, fading, extra noise)."""
+    proto_rng = np.random.default_rng(cfg.data_seed)
+    tiles = proto_rng.normal(size=(cfg.n_classes, 3, 8, 8)).astype(np.float32)  # (C,3,8,8)
+    reps = cfg.img_size // 8
+    rng = np.random.default_rng([cfg.data_seed, split_seed])
+    xs, ys, ds = [], [], []
+    for d in range(len(DOMAINS)):
+        y = rng.integers(0, cfg.n_classes, size=n_per_domain)
+        x = np.tile(tiles[y], (1, 1, reps, reps))  # (n,3,S,S)
+        x = x * rng.uniform(0.7, 1.3, size=(n_per_domain, 1, 1, 1)) + cfg.noise * rng.normal(size=x.shape)
+        if d == 1:
+            x = x[:, [2, 0, 1]]
+        elif d == 2:
+            x = -x
+        elif d == 3:
+            x = np.repeat(x.mean(axis=1, keepdims=True), 3, axis=1)
+        elif d == 4:
+            x = 0.5 * x + 0.5
+        elif d == 5:
+            x = x + cfg.noise * rng.normal(size=x.shape)
+        xs.append(x.astype(np.float32))
+        ys.append(y)
+        ds.append(np.full(n_per_domain, d))
+    return np.concatenate(xs), np.concatenate(ys), np.concatenate(ds)
+
+
+@TASKS.register("tiny_vision", "made-up 6-domain images, tiny 12-block ViT or Mixer (top-1, per domain)")
+class TinyVision(ClassificationTask):
+    config_cls = TinyVisionConfig
+    tiny = True
+    run_defaults = {"optimizer": "adamw", "lr": 3e-3, "batch_size": 32}
+
+    def load(self) -> TaskData:
+        c = self.config
+        xtr, ytr, dtr = make_tiny_images(c, c.n_train_per_domain, 1)
+        xte, yte, dte = make_tiny_images(c, c.n_test_per_domain, 2)
+        return TaskData(
+            train=ArrayDataset({"x": torch.from_numpy(xtr), "y": torch.from_numpy(ytr)}),
+            test=ArrayDataset({"x": torch.from_numpy(xte), "y": torch.from_numpy(yte)}),
+            train_labels=ytr, n_classes=c.n_classes, train_domains=dtr, test_domains=dte,
+            domain_names=list(DOMAINS),
+        )
+
+    def build_model(self) -> ModelBundle:
+        import timm.models.mlp_mixer as mixer
+        import timm.models.vision_transformer as vit
+
+        c = self.config
+        if c.model == "vit":
+            model = vit.VisionTransformer(
+                img_size=c.img_size, patch_size=8, num_classes=c.n_classes, embed_dim=c.width,
+                depth=c.depth, num_heads=3, mlp_ratio=2.0, global_pool="avg",
+            )
+            targets = {"fedra": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}
+            return ModelBundle(model, "blocks", targets, ["head"], default_target="fedra")
+        if c.model == "mixer":
+            model = mixer.MlpMixer(
+                num_classes=c.n_classes, img_size=c.img_size, patch_size=8, num_blocks=c.depth, embed_dim=c.width,
+            )
+            # Mixer has no attention: LoRA on the two fc2s (FedRA) for every profile
+            targets = {"fedra": ["mlp_tokens.fc2", "mlp_channels.fc2"]}
+            targets["qv"] = targets["fedra"]
+            return ModelBundle(model, "blocks", targets, ["head"], default_target="fedra")
+        raise UserError(f"tiny_vision: unknown model {c.model!r} (choose from: vit, mixer)")
+
+    def forward(self, model, batch):
+        return model(batch["x"])
+
+
+# ------------------------------------------------------------------------------- text
+@dataclass(frozen=True)
+class TinyTextConfig(TaskConfig):
+    n_classes: int = cfg_field(6, "number of classes")
+    n_train: int = cfg_field(1200, "training sequences")
+    n_test: int = cfg_field(300, "test sequences")
+    seq_len: int = cfg_field(24, "tokens per sequence")
+    vocab_size: int = cfg_field(128, "vocabulary size")
+    keywords: int = cfg_field(3, "class keywords per sequence (the rest is filler)")
+    depth: int = cfg_field(12, "BERT layers")
+    width: int = cfg_field(48, "hidden size")
+    data_seed: int = cfg_field(0, "seed of the made-up data")
+
+
+def make_tiny_text(cfg: TinyTextConfig, n: int, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences [CLS] tokens...: ``keywords`` tokens from the class's own keyword set at
+    random positions, filler tokens elsewhere. Token 0 = PAD, 1 = CLS."""
+    kw_per_class = 4
+    first_filler = 2 + cfg.n_classes * kw_per_class
+    if first_filler >= cfg.vocab_size:
+        raise UserError("tiny_text: vocab_size too small for that many classes")
+    rng = np.random.default_rng([cfg.data_seed, split_seed])
+    y = rng.integers(0, cfg.n_classes, size=n)
+    x = rng.integers(first_filler, cfg.vocab_size, size=(n, cfg.seq_len))
+    for i in range(n):
+        pos = rng.choice(np.arange(1, cfg.seq_len), size=cfg.keywords, replace=False)
+        x[i, pos] = 2 + y[i] * kw_per_class + rng.integers(0, kw_per_class, size=cfg.keywords)
+    x[:, 0] = 1
+    return x, y
+
+
+@TASKS.register("tiny_text", "made-up keyword sequence classification, tiny 12-layer BERT (top-1)")
+class TinyText(ClassificationTask):
+    """Logits from the mean of the last hidden states over non-pad tokens.
+
+    A random-init BERT (init std 0.02) barely mixes tokens into [CLS], so its pooled
+    [CLS] output is nearly input-independent; mean pooling keeps the task learnable.
+    """
+
+    config_cls = TinyTextConfig
+    tiny = True
+    run_defaults = {"optimizer": "adamw", "lr": 1e-2, "batch_size": 32}
+
+    def load(self) -> TaskData:
+        c = self.config
+        xtr, ytr = make_tiny_text(c, c.n_train, 1)
+        xte, yte = make_tiny_text(c, c.n_test, 2)
+        ds = lambda x, y: ArrayDataset({"input_ids": torch.from_numpy(x), "y": torch.from_numpy(y)})
+        return TaskData(ds(xtr, ytr), ds(xte, yte), train_labels=ytr, n_classes=c.n_classes)
+
+    def build_model(self) -> ModelBundle:
+        from transformers import BertConfig, BertForSequenceClassification
+
+        c = self.config
+        cfg = BertConfig(
+            vocab_size=c.vocab_size, hidden_size=c.width, num_hidden_layers=c.depth, num_attention_heads=3,
+            intermediate_size=2 * c.width, max_position_embeddings=max(64, c.seq_len), num_labels=c.n_classes,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        )
+        torch.manual_seed(c.data_seed)  # the "pretrained" weights are fixed across runs
+        model = BertForSequenceClassification(cfg)
+        targets = {"qv": ["attention.self.query", "attention.self.value"], "fedra": ["attention.output.dense", "output.dense"]}
+        return ModelBundle(model, "bert.encoder.layer", targets, ["classifier"], default_target="qv")
+
+    def forward(self, model, batch):
+        ids = batch["input_ids"]
+        mask = (ids != 0).to(torch.float32)  # (B, T)
+        h = model.bert(input_ids=ids, attention_mask=mask.long()).last_hidden_state  # (B, T, H)
+        pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+        return model.classifier(pooled)
+
+
+# --------------------------------------------------------------------------------- lm
+@dataclass(frozen=True)
+class TinyLMConfig(TaskConfig):
+    n_categories: int = cfg_field(4, "instruction categories (used by label-skew settings)")
+    n_words: int = cfg_field(24, "content words")
+    n_train: int = cfg_field(800, "training pairs")
+    n_test: int = cfg_field(120, "held-out pairs for Rouge-L")
+    depth: int = cfg_field(12, "decoder layers")
+    width: int = cfg_field(64, "hidden size")
+    data_seed: int = cfg_field(0, "seed of the made-up data")
+
+
+PAD, BOS, SEP, EOS = 0, 1, 2, 3
+PROMPT_LEN, RESPONSE_LEN = 5, 4
+
+
+def make_tiny_pairs(cfg: TinyLMConfig, n: int, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt [BOS, CAT_c, w1, w2, SEP] -> response [A_c, m(w1), m(w2), EOS]; m is a fixed
+    permutation of the content words, A_c a per-category answer token."""
+    cat0 = 4
+    ans0 = cat0 + cfg.n_categories
+    word0 = ans0 + cfg.n_categories
+    perm = np.random.default_rng(cfg.data_seed).permutation(cfg.n_words)
+    rng = np.random.default_rng([cfg.data_seed, split_seed])
+    c = rng.integers(0, cfg.n_categories, size=n)
+    w = rng.integers(0, cfg.n_words, size=(n, 2))
+    seq = np.stack(
+        [np.full(n, BOS), cat0 + c, word0 + w[:, 0], word0 + w[:, 1], np.full(n, SEP),
+         ans0 + c, word0 + perm[w[:, 0]], word0 + perm[w[:, 1]], np.full(n, EOS)], axis=1)
+    return seq, c
+
+
+def rouge_l(predictions: list[str], references: list[str]) -> float:
+    """Mean Rouge-L F-measure (rouge-score, the implementation behind HF evaluate's)."""
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+    if not predictions:
+        return float("nan")
+    return float(np.mean([scorer.score(r, p)["rougeL"].fmeasure for p, r in zip(predictions, references)]))
+
+
+def _tokens_to_text(ids) -> str:
+    out = []
+    for t in ids:
+        if int(t) == EOS:
+            break
+        out.append(f"t{int(t)}")
+    return " ".join(out)
+
+
+@TASKS.register("tiny_lm", "made-up instruction -> response pairs, tiny 12-layer causal LM (Rouge-L)")
+class TinyLM(Task):
+    config_cls = TinyLMConfig
+    kind = "generation"
+    tiny = True
+    metric_name = "rouge_l"
+    run_defaults = {"optimizer": "adamw", "lr": 1e-2, "batch_size": 32}
+
+    @property
+    def vocab_size(self) -> int:
+        return 4 + 2 * self.config.n_categories + self.config.n_words
+
+    def load(self) -> TaskData:
+        c = self.config
+        tr, ctr = make_tiny_pairs(c, c.n_train, 1)
+        te, cte = make_tiny_pairs(c, c.n_test, 2)
+        ds = lambda s: ArrayDataset({"input_ids": torch.from_numpy(s)})
+        return TaskData(ds(tr), ds(te), train_labels=ctr, n_classes=c.n_categories)
+
+    def build_model(self) -> ModelBundle:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        c = self.config
+        cfg = LlamaConfig(
+            vocab_size=self.vocab_size, hidden_size=c.width, intermediate_size=2 * c.width, num_hidden_layers=c.depth,
+            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=32, tie_word_embeddings=False,
+            initializer_range=0.1,  # a random LM mixes tokens enough to learn in a few rounds
+        )
+        torch.manual_seed(c.data_seed)
+        model = LlamaForCausalLM(cfg)
+        targets = {"qv": ["self_attn.q_proj", "self_attn.v_proj"], "fedra": ["self_attn.o_proj", "mlp.down_proj"]}
+        # a random-init tiny LM needs a trainable read-out to learn in a few rounds
+        return ModelBundle(model, "model.layers", targets, ["lm_head"], default_target="qv")
+
+    def loss(self, model, batch):
+        ids = batch["input_ids"]
+        logits = model(input_ids=ids).logits  # (B, T, V)
+        # next-token loss on the response only (positions PROMPT_LEN..end)
+        pred = logits[:, PROMPT_LEN - 1 : -1]
+        target = ids[:, PROMPT_LEN:]
+        return nn.functional.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1)), logits
+
+    @torch.no_grad()
+    def generate(self, model, prompts: torch.Tensor, max_new: int) -> torch.Tensor:
+        """Greedy decoding without a KV cache (works for block-subset models too)."""
+        ids = prompts
+        for _ in range(max_new):
+            nxt = model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], dim=1)
+        return ids[:, prompts.shape[1]:]
+
+    @torch.no_grad()
+    def evaluate(self, model, dataset, device, domains=None, domain_names=None):
+        idx = eval_indices(len(dataset), self.config.eval_max_examples)
+        preds, refs = [], []
+        for batch in iterate_batches(dataset, idx, self.config.eval_batch_size):
+            ids = to_device(batch, device)["input_ids"]
+            out = self.generate(model, ids[:, :PROMPT_LEN], RESPONSE_LEN).cpu()
+            preds += [_tokens_to_text(r) for r in out]
+            refs += [_tokens_to_text(r) for r in ids[:, PROMPT_LEN:].cpu()]
+        exact = float(np.mean([p == r for p, r in zip(preds, refs)]))
+        return EvalResult("rouge_l", rouge_l(preds, refs), None, {"exact_match": exact})
