@@ -114,6 +114,8 @@ class MethodContext:
     task_kind: str = "classification"
     server: Any = None
     block_bytes: dict[int, int] = field(default_factory=dict)  # frozen base weights per block
+    rounds: int = 0  # communication rounds of the run (for schedules such as DepthFL's w(t))
+    extra_keys: list[str] = field(default_factory=list)  # tensors of ``Method.extra_modules``, set by the runner
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]
@@ -141,6 +143,18 @@ class Method:
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config
         self.ctx = ctx
+
+    # -- resolution before the run builds anything ------------------------------------
+    @classmethod
+    def resolve_config(cls, config: MethodConfig, task_kind: str) -> MethodConfig:
+        """Fill config defaults that depend on the task kind (e.g. a paper's LoRA rank for
+        LMs); the runner calls this before building the adapter model. Default: unchanged."""
+        return config
+
+    @classmethod
+    def proxy_size_for(cls, config: MethodConfig, task_key: str, n_test: int) -> int:
+        """Examples the server holds out of the test split (``n_test`` long) for its own use."""
+        return int(getattr(config, "proxy_size", 0) or cls.proxy_size)
 
     # -- hooks ---------------------------------------------------------------------
     def init_state(self, tensors: dict[str, torch.Tensor]) -> MethodState:
@@ -174,6 +188,39 @@ class Method:
 
     def eval_blocks(self, state: MethodState) -> tuple[int, ...] | None:
         """Blocks of the global model used at evaluation (None = all)."""
+        return None
+
+    # -- optional model extensions (DepthFL's early exits) ----------------------------
+    def extra_modules(self, head: torch.nn.Module | None) -> dict[str, torch.nn.Module]:
+        """Trainable modules the method adds to the model, e.g. early-exit classifiers.
+
+        ``head`` is the task's classifier (the last of its head modules; None if it has
+        none), a template for the shape. The runner attaches the modules under
+        ``fedbench_extra.<name>``: their tensors get canonical names (listed in
+        ``ctx.extra_keys``), are part of the initial state and travel in payloads and
+        uploads like any other tensor. Default: none.
+        """
+        return {}
+
+    def hidden_blocks(self, plan: ClientPlan | None) -> tuple[int, ...]:
+        """Physical blocks whose outputs the method reads: in training for ``plan``, at
+        evaluation for None. The runner captures them into the ``hidden`` dict it passes to
+        ``client_loss`` / ``eval_logits`` ({block: output}, filled during each forward)."""
+        return ()
+
+    def client_loss(self, task: Any, model: torch.nn.Module, batch: Any, plan: ClientPlan,
+                    hidden: Mapping[int, torch.Tensor]) -> torch.Tensor:
+        """The loss a client minimises. Default: the task's loss plus ``local_loss``."""
+        loss, outputs = task.loss(model, batch)
+        extra = self.local_loss(model, batch, outputs, plan)
+        return loss if extra is None else loss + extra
+
+    def eval_logits(self, task: Any, model: torch.nn.Module, batch: Any,
+                    hidden: Mapping[int, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """Classification only: named logits of the global model for one batch (the first
+        entry is the headline metric; every entry is recorded in ``results.extra``). The
+        runner uses this hook only if a subclass overrides it; the default evaluation is the
+        task's own."""
         return None
 
     def describe(self) -> dict[str, Any]:

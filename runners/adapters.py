@@ -26,6 +26,7 @@ from torch import nn
 from fedbench.tasks.base import ModelBundle, get_submodule
 
 DEFAULT_ADAPTER = "default"
+EXTRA_PREFIX = "fedbench_extra"  # where Method.extra_modules are attached
 _LORA_RE = re.compile(r"\.(lora_[AB])\.([^.]+)\.")
 
 
@@ -68,7 +69,9 @@ class AdapterModel:
         self.head_keys = [k for m in bundle.head_modules for k in self._keys_under([m], None)]
         if not self.head_keys and bundle.head_modules:
             raise ValueError(f"head modules {bundle.head_modules} have no parameters")
+        self.extra_keys: list[str] = []  # tensors of modules a method attached (attach_extra)
         blocks = bundle.blocks()
+        self._blocks = list(blocks)  # the physical blocks, also while subset_blocks swaps the container
         self.block_bytes = {
             j: tensor_bytes([p for n, p in blocks[j].named_parameters() if "lora_" not in n]) for j in range(len(blocks))
         }
@@ -90,14 +93,41 @@ class AdapterModel:
 
     @property
     def all_keys(self) -> list[str]:
-        return [k for j in sorted(self.layer_keys) for k in self.layer_keys[j]] + self.head_keys
+        return [k for j in sorted(self.layer_keys) for k in self.layer_keys[j]] + self.head_keys + self.extra_keys
+
+    def attach_extra(self, modules: Mapping[str, nn.Module]) -> list[str]:
+        """Add a method's trainable modules under ``fedbench_extra.<name>`` (frozen until
+        planned); returns the canonical names of their tensors."""
+        if not modules:
+            return []
+        self.model.add_module(EXTRA_PREFIX, nn.ModuleDict(dict(modules)))
+        self.model.to(self.device)
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self._index()
+        self.extra_keys = [k for (k, a) in self._params if a is None and k.startswith(EXTRA_PREFIX + ".")]
+        return list(self.extra_keys)
+
+    def base_keys(self, keys: Iterable[str]) -> list[str]:
+        """Those of ``keys`` that name frozen base parameters (not LoRA, head or extra)."""
+        own = set(self.head_keys) | set(self.extra_keys)
+        return [k for k in keys if (k, None) in self._params and k not in own]
 
     # -- adapters of other ranks (rank-heterogeneous methods) --------------------------
     def ensure_adapter(self, name: str, r: int, alpha: float | None = None) -> None:
-        """Add a LoRA adapter ``name`` of rank ``r`` on the same targets (once)."""
+        """Add a LoRA adapter ``name`` of rank ``r`` on the same targets (once).
+
+        Asking again for ``name`` with another rank or alpha is an error: the peft scaling
+        alpha / r of an adapter must be what the method assumes on the server.
+        """
+        alpha = self.alpha if alpha is None else alpha
         if any(a == name for (_, a) in self._params):
+            layer = next(m for m in self.model.modules() if isinstance(m, LoraLayer) and name in m.r)
+            if layer.r[name] != r or layer.lora_alpha[name] != alpha:
+                raise ValueError(f"adapter {name!r} exists with r={layer.r[name]}, alpha={layer.lora_alpha[name]}; "
+                                 f"asked for r={r}, alpha={alpha}")
             return
-        self._inject(name, r, self.alpha if alpha is None else alpha)
+        self._inject(name, r, alpha)
         self.model.to(self.device)
         self._index()
         self._set_active(self.active)  # injecting may activate the new adapter; keep ours
@@ -145,6 +175,34 @@ class AdapterModel:
         for p in params:
             p.requires_grad_(True)
         return params
+
+    @contextlib.contextmanager
+    def base_overlay(self, tensors: Mapping[str, torch.Tensor]) -> Iterator[None]:
+        """Base weights named in ``tensors`` may be loaded inside the block; on exit every
+        one of them is restored, so the shared backbone is the pretrained model again
+        (a payload that carries base weights, e.g. FLoRA's merged weights, is one client's)."""
+        keys = self.base_keys(tensors)
+        saved = self.read(keys)
+        try:
+            yield
+        finally:
+            self.load(saved)
+
+    @contextlib.contextmanager
+    def capture(self, blocks: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
+        """{physical block j: its output} for ``blocks``, refreshed at every forward."""
+        out: dict[int, torch.Tensor] = {}
+        handles = []
+        for j in blocks:
+            def hook(_m, _inp, output, j=j):
+                out[j] = output[0] if isinstance(output, (tuple, list)) else output
+            handles.append(self._blocks[j].register_forward_hook(hook))
+        try:
+            yield out
+        finally:
+            for h in handles:
+                h.remove()
+            out.clear()
 
     # -- physically smaller models -----------------------------------------------------
     @contextlib.contextmanager

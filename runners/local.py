@@ -122,6 +122,7 @@ class LocalRunner:
         self.method_cfg = build_config(self.method_cls.config_cls, method_config or {}, "method")
         self.task_cfg = build_config(task_cls.config_cls, task_config or {}, "task")
         self.task: Task = task_cls(self.task_cfg, seed=self.run_cfg.seed)
+        self.method_cfg = self.method_cls.resolve_config(self.method_cfg, self.task.kind)
         if self.task.kind not in self.method_cls.task_kinds:
             raise UserError(f"method {self.method_key!r} does not support {self.task.kind} tasks like {self.task_key!r}")
         self.setting = parse_setting(self.run_cfg.setting)
@@ -138,6 +139,14 @@ class LocalRunner:
         )
 
     # ------------------------------------------------------------------ set-up
+    def run_id(self) -> str:
+        return run_identity(self.method_key, config_to_dict(self.method_cfg), self.task_key,
+                            config_to_dict(self.task_cfg), self._resolved_run())
+
+    def record_path(self) -> Path:
+        return records.record_path(self.run_cfg.out, {"run": {"task": self.task_key, "method": self.method_key,
+                                                             "run_id": self.run_id()}})
+
     def _resolved_run(self) -> dict[str, Any]:
         d = config_to_dict(self.run_cfg)
         d.update(batch_size=self.train.batch_size, optimizer=self.train.optimizer, lr=self.train.lr)
@@ -168,7 +177,7 @@ class LocalRunner:
         )
         # the server's proxy set (FIM-HLA) comes out of the test split, never evaluated on
         self.test, self.test_domains, proxy = self.data.test, self.data.test_domains, None
-        n_proxy = int(getattr(self.method_cfg, "proxy_size", 0) or self.method_cls.proxy_size)
+        n_proxy = self.method_cls.proxy_size_for(self.method_cfg, self.task_key, len(self.data.test))
         self.proxy_indices: list[int] = []
         if n_proxy > 0:
             proxy, self.test, self.test_domains, self.proxy_indices = self._split_proxy(n_proxy)
@@ -176,9 +185,11 @@ class LocalRunner:
         self.ctx = MethodContext(
             n_layers=bundle.n_layers, layer_keys=self.am.layer_keys, head_keys=self.am.head_keys,
             profiles=self.tiers.static_profiles(self.sizes), lora_r=mc.lora_r, lora_alpha=mc.lora_alpha,
-            task_kind=self.task.kind, server=self.server, block_bytes=self.am.block_bytes,
+            task_kind=self.task.kind, server=self.server, block_bytes=self.am.block_bytes, rounds=r.rounds,
         )
         self.method = self.method_cls(self.method_cfg, self.ctx)
+        head = bundle.model.get_submodule(bundle.head_modules[-1]) if bundle.head_modules else None
+        self.ctx.extra_keys = self.am.attach_extra(self.method.extra_modules(head))
 
     def _split_proxy(self, n: int):
         test = self.data.test
@@ -270,11 +281,20 @@ class LocalRunner:
                                f"e.g. {sorted(missing)[0]}")
 
     def evaluate(self, state: MethodState):
+        """The global model on the test split. Base weights among the method's eval tensors
+        (FLoRA's merged weights) apply to this evaluation only; a method that overrides
+        ``eval_logits`` (several heads) is evaluated through it."""
         tensors = getattr(self.method, "eval_tensors", lambda s: s.tensors)(state)
-        self.am.load(tensors)
-        self.am.model.eval()
-        with self.am.subset_blocks(self.method.eval_blocks(state)):
-            return self.task.evaluate(self.am.model, self.test, self.device, self.test_domains, self.data.domain_names)
+        m = self.method
+        with self.am.base_overlay(tensors), self.am.subset_blocks(m.eval_blocks(state)), \
+                self.am.capture(m.hidden_blocks(None)) as hidden:
+            self.am.load(tensors)
+            self.am.model.eval()
+            kw = {}
+            if type(m).eval_logits is not Method.eval_logits:
+                kw["logits_fn"] = lambda model, batch: m.eval_logits(self.task, model, batch, hidden)
+            return self.task.evaluate(self.am.model, self.test, self.device, self.test_domains,
+                                      self.data.domain_names, **kw)
 
     # ------------------------------------------------------------------ record
     def _record(self, status: str, error: str | None, seconds_total: float) -> dict:
@@ -288,7 +308,7 @@ class LocalRunner:
         tiers = getattr(self, "tiers", None)
         rec["status"], rec["error"] = status, error
         rec["run"].update(
-            run_id=run_identity(self.method_key, mcfg, self.task_key, tcfg, run_dict),
+            run_id=self.run_id(),
             method=self.method_key, method_config=mcfg, task=self.task_key, task_config=tcfg,
             setting=self.setting.raw, roc=r.roc, capacities=list(r.capacities) if r.capacities else None,
             dynamic=r.dynamic, n_clients=getattr(self, "n_clients", r.clients),

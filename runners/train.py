@@ -50,6 +50,9 @@ def make_optimizer(params: list[torch.nn.Parameter], s: TrainSettings) -> torch.
 def adapter_for(am: AdapterModel, plan: ClientPlan) -> str:
     """Rank-heterogeneous plans train a LoRA adapter of their own rank (same targets)."""
     if plan.rank is None or plan.rank == am.r:
+        alpha = plan.extra.get("lora_alpha", am.alpha)
+        if alpha != am.alpha:
+            raise ValueError(f"plan asks for lora_alpha={alpha} at the global rank {am.r}, whose adapter has {am.alpha}")
         return DEFAULT_ADAPTER
     name = f"r{plan.rank}"
     am.ensure_adapter(name, plan.rank, plan.extra.get("lora_alpha"))
@@ -73,7 +76,8 @@ def train_client(
     cost = ClientCost(client=plan.client, tier=plan.tier, n_examples=len(indices))
     adapter = adapter_for(am, plan)
     trainable = [k for k in upload_keys]
-    with am.use_adapter(adapter), am.subset_blocks(plan.blocks), Stopwatch(device) as sw:
+    with am.use_adapter(adapter), am.base_overlay(payload), am.subset_blocks(plan.blocks), \
+            am.capture(method.hidden_blocks(plan)) as hidden, Stopwatch(device) as sw:
         am.load(payload, adapter)
         params = am.set_trainable(trainable, adapter)
         if device.type == "cuda":
@@ -90,10 +94,10 @@ def train_client(
                 batch = to_device(batch, device)
                 bsz = _batch_size(batch)
                 if measure and cost.steps == 0:
-                    loss = _measured_step(am, task, method, plan, batch, params, opt, settings, cost)
+                    loss = _measured_step(am, task, method, plan, batch, params, opt, settings, cost, hidden)
                     first_batch = bsz
                 else:
-                    loss = _step(am, task, method, plan, batch, params, opt, settings)
+                    loss = _step(am, task, method, plan, batch, params, opt, settings, hidden)
                     if first_batch:
                         cost.flops_total += (cost.flops_forward_step + cost.flops_backward_step) * bsz / first_batch
                 losses.append(loss)
@@ -114,12 +118,8 @@ def _batch_size(batch: Any) -> int:
     return int(t.shape[0])
 
 
-def _loss(task, method, plan, model, batch) -> torch.Tensor:
-    loss, outputs = task.loss(model, batch)
-    extra = method.local_loss(model, batch, outputs, plan)
-    if extra is not None:
-        loss = loss + extra
-    return loss
+def _loss(task, method, plan, model, batch, hidden) -> torch.Tensor:
+    return method.client_loss(task, model, batch, plan, hidden)
 
 
 def _finish(loss: torch.Tensor, plan: ClientPlan) -> float:
@@ -129,9 +129,9 @@ def _finish(loss: torch.Tensor, plan: ClientPlan) -> float:
     return value
 
 
-def _step(am, task, method, plan, batch, params, opt, s: TrainSettings) -> float:
+def _step(am, task, method, plan, batch, params, opt, s: TrainSettings, hidden) -> float:
     opt.zero_grad(set_to_none=True)
-    loss = _loss(task, method, plan, am.model, batch)
+    loss = _loss(task, method, plan, am.model, batch, hidden)
     value = _finish(loss, plan)
     loss.backward()
     if s.grad_clip:
@@ -140,12 +140,12 @@ def _step(am, task, method, plan, batch, params, opt, s: TrainSettings) -> float
     return value
 
 
-def _measured_step(am, task, method, plan, batch, params, opt, s: TrainSettings, cost: ClientCost) -> float:
+def _measured_step(am, task, method, plan, batch, params, opt, s: TrainSettings, cost: ClientCost, hidden) -> float:
     """One step under the FLOP counter and the saved-tensor meter."""
     opt.zero_grad(set_to_none=True)
     saved = SavedTensorBytes(exclude=list(am.model.parameters()))
     with count_flops() as fwd, saved.track():
-        loss = _loss(task, method, plan, am.model, batch)
+        loss = _loss(task, method, plan, am.model, batch, hidden)
     value = _finish(loss, plan)
     with count_flops() as bwd:
         loss.backward()

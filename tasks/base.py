@@ -165,20 +165,44 @@ class ClassificationTask(Task):
         logits = self.forward(model, batch)
         return nn.functional.cross_entropy(logits, batch["y"]), logits
 
-    @torch.no_grad()
-    def predict(self, model, dataset, device, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        preds, ys = [], []
-        for batch in iterate_batches(dataset, indices, self.config.eval_batch_size, self.collate):
-            batch = to_device(batch, device)
-            preds.append(self.forward(model, batch).argmax(-1).cpu())
-            ys.append(batch["y"].cpu())
-        return torch.cat(preds).numpy(), torch.cat(ys).numpy()
+    def features(self, model: nn.Module, hidden: torch.Tensor, batch: dict) -> torch.Tensor:
+        """What a classifier head takes, computed from one block's output ``hidden``.
+
+        Used by methods that put extra classifiers after intermediate blocks (DepthFL).
+        Default: the mean over tokens of a (B, T, D) output, (B, D). Tasks override it to
+        follow their own forward (final norm, pooling, masks).
+        """
+        return hidden.mean(dim=1) if hidden.dim() == 3 else hidden
 
     @torch.no_grad()
-    def evaluate(self, model, dataset, device, domains=None, domain_names=None):
+    def predict(self, model, dataset, device, indices: np.ndarray, logits_fn=None):
+        """Predicted and true labels. With ``logits_fn(model, batch) -> {name: logits}``,
+        the predictions are a dict {name: labels} (one per named output)."""
+        preds: dict[str, list] = {}
+        ys = []
+        for batch in iterate_batches(dataset, indices, self.config.eval_batch_size, self.collate):
+            batch = to_device(batch, device)
+            out = {"": self.forward(model, batch)} if logits_fn is None else logits_fn(model, batch)
+            for name, logits in out.items():
+                preds.setdefault(name, []).append(logits.argmax(-1).cpu())
+            ys.append(batch["y"].cpu())
+        y = torch.cat(ys).numpy()
+        labels = {name: torch.cat(p).numpy() for name, p in preds.items()}
+        return (labels[""] if logits_fn is None else labels), y
+
+    @torch.no_grad()
+    def evaluate(self, model, dataset, device, domains=None, domain_names=None, logits_fn=None):
+        """The task metric; with ``logits_fn`` (named outputs) the first output is the
+        headline and each output's metric is in ``extra`` as ``<metric>_<name>``."""
         idx = eval_indices(len(dataset), self.config.eval_max_examples)
-        pred, y = self.predict(model, dataset, device, idx)
-        return classification_result(self.metric_name, pred, y, None if domains is None else domains[idx], domain_names)
+        doms = None if domains is None else domains[idx]
+        pred, y = self.predict(model, dataset, device, idx, logits_fn)
+        if logits_fn is None:
+            return classification_result(self.metric_name, pred, y, doms, domain_names)
+        results = {name: classification_result(self.metric_name, p, y, doms, domain_names) for name, p in pred.items()}
+        head = results[next(iter(results))]
+        head.extra.update({f"{self.metric_name}_{name}": r.value for name, r in results.items()})
+        return head
 
 
 def eval_indices(n: int, max_examples: int | None) -> np.ndarray:

@@ -123,6 +123,11 @@ class TinyVision(ClassificationTask):
     def forward(self, model, batch):
         return model(batch["x"])
 
+    def features(self, model, hidden, batch):
+        """A block's output (B, T, D) through the model's own final norm and pooling
+        (timm's ``forward_head(..., pre_logits=True)``), as its head sees the last block."""
+        return model.forward_head(model.norm(hidden), pre_logits=True)
+
 
 # ------------------------------------------------------------------------------- text
 @dataclass(frozen=True)
@@ -192,8 +197,12 @@ class TinyText(ClassificationTask):
         ids = batch["input_ids"]
         mask = (ids != 0).to(torch.float32)  # (B, T)
         h = model.bert(input_ids=ids, attention_mask=mask.long()).last_hidden_state  # (B, T, H)
-        pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
-        return model.classifier(pooled)
+        return model.classifier(self.features(model, h, batch))
+
+    def features(self, model, hidden, batch):
+        """Mean of a layer's hidden states (B, T, H) over the non-pad tokens, (B, H)."""
+        mask = (batch["input_ids"] != 0).to(hidden.dtype)  # (B, T)
+        return (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
 
 
 # --------------------------------------------------------------------------------- lm

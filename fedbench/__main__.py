@@ -1,0 +1,5 @@
+import sys
+
+from fedbench.runners.cli import main
+
+sys.exit(main())

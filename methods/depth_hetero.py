@@ -1,0 +1,240 @@
+"""Depth-heterogeneous baselines: InclusiveFL and DepthFL.
+
+A client of budget d trains the LoRA of the first d blocks (a prefix; the model it runs
+is physically that prefix + the final norm and head), and the server averages every
+tensor over the clients that trained it (example weights, FedRA's per-layer rule).
+Both are classification methods (they need a classifier on top of a prefix).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedbench.config import cfg_field
+from fedbench.errors import UserError
+from fedbench.methods import METHODS
+from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, weighted_mean_by_key
+
+log = logging.getLogger(__name__)
+
+
+def prefix_plan(p, depth: int, **kw) -> ClientPlan:
+    blocks = tuple(range(depth))
+    return ClientPlan(p.client, p.tier, blocks, blocks=blocks, **kw)
+
+
+def owner_mean(state: MethodState, updates) -> dict[str, torch.Tensor]:
+    return weighted_mean_by_key(state.tensors, updates, {u.client: float(u.n_examples) for u in updates})
+
+
+# ----------------------------------------------------------------------------- InclusiveFL
+MOMENTUM = "inclusivefl_momentum."  # state key prefix of the momentum buffers
+
+
+@dataclass(frozen=True)
+class InclusiveFLConfig(MethodConfig):
+    beta: float = cfg_field(0.2, "momentum distillation: weight of the larger models' upper-block update (0 = off)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.beta < 0:
+            raise ValueError("beta must be >= 0")
+
+
+@METHODS.register("inclusivefl", "InclusiveFL: prefix depth per tier, per-layer owner averaging, momentum distillation")
+class InclusiveFL(Method):
+    """InclusiveFL (Liu et al., "No One Left Behind: Inclusive Federated Learning over
+    Heterogeneous Devices", KDD 2022), with LoRA as FedRA ran it.
+
+    Client i trains the first d_i blocks and the (shared) head; each block is averaged over
+    the clients that have it. Momentum distillation, per depth level s below the next
+    level l (levels = the tiers' depths and L): the top block s-1 of the smaller model gets
+    beta * m_s added to its aggregated update, where m_s is the mean over the upper blocks
+    j in [s, l) (those the larger model has and the smaller lacks) of their aggregated
+    update of the previous round (a buffer in the state). So it acts in every round after
+    the first; the authors' code only used the buffer in round one (a type check on an
+    int 0), which we do not copy. Blocks are matched tensor by tensor (same structure).
+    Deviation: one shared head, as in FedRA's runs (the paper's per-size models each have
+    their own top; methods.md: "its own head" = the client trains the head too).
+    """
+
+    config_cls = InclusiveFLConfig
+    task_kinds = ("classification",)
+
+    def __init__(self, config, ctx):
+        super().__init__(config, ctx)
+        L = ctx.n_layers
+        self.levels = sorted({min(max(p.layers, 1), L) for p in ctx.profiles.values()} | {L})
+
+    def plan(self, rnd, clients, state, rng):
+        return {p.client: prefix_plan(p, min(p.layers, self.ctx.n_layers)) for p in clients}
+
+    def aggregate(self, state, updates):
+        if not updates:
+            return state
+        new = owner_mean(state, updates)
+        if self.config.beta == 0:
+            return MethodState(new, state.extra)
+        trained = {j for u in updates for j in u.plan.train_layers}
+        out = dict(new)
+        for s, l in zip(self.levels[:-1], self.levels[1:]):
+            top = self.ctx.layer_keys[s - 1]
+            upper = [self.ctx.layer_keys[j] for j in range(s, l) if j in trained]
+            for i, k in enumerate(top):
+                if MOMENTUM + k in state.tensors:  # last round's buffer: every round after the first
+                    out[k] = out[k] + self.config.beta * state.tensors[MOMENTUM + k]
+                deltas = [new[keys[i]].float() - state.tensors[keys[i]].float() for keys in upper]
+                for d in deltas:
+                    if d.shape != new[k].shape:
+                        raise ValueError(f"inclusivefl: block tensors differ in shape ({k})")
+                out[MOMENTUM + k] = torch.stack(deltas).mean(0) if deltas else torch.zeros_like(new[k], dtype=torch.float32)
+        return MethodState(out, state.extra)
+
+    def eval_tensors(self, state):
+        return {k: v for k, v in state.tensors.items() if not k.startswith(MOMENTUM)}
+
+
+# ----------------------------------------------------------------------------- DepthFL
+@dataclass(frozen=True)
+class DepthFLConfig(MethodConfig):
+    group_size: int = cfg_field(3, "blocks per group; a classifier after each group (FedRA: every 3 ViT blocks)")
+    kd: bool = cfg_field(True, "mutual self-distillation between a client's classifiers")
+    kd_rampup_rounds: int | None = cfg_field(None, "T of w(t) = exp(-5 (1 - t/T)^2); None = the run's rounds")
+    eval_head: Literal["ensemble", "last"] = cfg_field(
+        "ensemble", "headline metric: the mean of all classifiers' logits (DepthFL) or the last one (FedRA's runs)"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.group_size < 1:
+            raise ValueError("group_size must be >= 1")
+        if self.kd_rampup_rounds is not None and self.kd_rampup_rounds < 1:
+            raise ValueError("kd_rampup_rounds must be >= 1")
+
+
+def kd_weight(t: int, total: int) -> float:
+    """DepthFL's consistency weight w(t) = exp(-5 (1 - t/T)^2), t clipped to [0, T]."""
+    phase = 1.0 - min(max(t, 0), total) / total
+    return float(math.exp(-5.0 * phase * phase))
+
+
+def depthfl_loss(logits: Sequence[torch.Tensor], y: torch.Tensor, w: float) -> torch.Tensor:
+    """sum_k CE(z_k, y) + w sum_k 1/(n-1) sum_{j != k} KL(softmax(z_j) || softmax(z_k)),
+    the teacher z_j detached (DepthFL's mutual self-distillation, Kim et al. 2023)."""
+    n = len(logits)
+    loss = sum(F.cross_entropy(z, y) for z in logits)
+    if w > 0 and n > 1:
+        logp = [F.log_softmax(z, dim=-1) for z in logits]
+        for k in range(n):
+            for j in range(n):
+                if j != k:
+                    kl = F.kl_div(logp[k], logp[j].detach(), log_target=True, reduction="batchmean")
+                    loss = loss + w * kl / (n - 1)
+    return loss
+
+
+def fresh_copy(module: nn.Module) -> nn.Module:
+    """A re-initialised copy of ``module`` (same shapes, its layers' own default init)."""
+    m = copy.deepcopy(module)
+    for sub in m.modules():
+        if hasattr(sub, "reset_parameters"):
+            sub.reset_parameters()
+    return m
+
+
+@METHODS.register("depthfl", "DepthFL: prefix depth with a classifier per block group, mutual self-distillation")
+class DepthFL(Method):
+    """DepthFL (Kim et al., "DepthFL: Depthwise Federated Learning for Heterogeneous
+    Clients", ICLR 2023), with LoRA on a transformer as FedRA ran it.
+
+    Classifiers after blocks g, 2g, ..., L (1-based; ``group_size`` g = 3: after 3, 6, 9,
+    12). The last is the task's own head; the others are re-initialised copies of it
+    (``extra_modules``) fed with ``task.features`` of the group's output (for the tiny
+    ViT: the model's final norm + pooling, as FedRA did). A client of budget d holds the
+    classifiers after blocks <= d and runs the blocks up to its last one (a budget below g
+    holds none: it sits out). Local loss: ``depthfl_loss`` over its classifiers with
+    w(t) = exp(-5 (1 - t/T)^2). Aggregation: every tensor averaged over its owners.
+    Evaluation: the mean of all classifiers' logits (ensemble, DepthFL) and the last
+    classifier alone (FedRA's runs): both in ``results.extra`` (top1_ensemble, top1_last);
+    ``eval_head`` picks the headline.
+    """
+
+    config_cls = DepthFLConfig
+    task_kinds = ("classification",)
+
+    def __init__(self, config, ctx):
+        super().__init__(config, ctx)
+        L, g = ctx.n_layers, config.group_size
+        self.exits = [min((k + 1) * g, L) - 1 for k in range(math.ceil(L / g))]  # block after which classifier k sits
+        self.heads = nn.ModuleDict()
+
+    # -- model ---------------------------------------------------------------------
+    def extra_modules(self, head):
+        if head is None:
+            raise UserError("depthfl needs a task with a classifier head")
+        self.heads = nn.ModuleDict({f"exit{k}": fresh_copy(head) for k in range(len(self.exits) - 1)})
+        return dict(self.heads)
+
+    def exit_keys(self, k: int) -> list[str]:
+        return [key for key in self.ctx.extra_keys if key.split(".")[1] == f"exit{k}"]
+
+    def owned(self, depth: int) -> list[int]:
+        """Classifiers a client of budget ``depth`` holds."""
+        return [k for k, e in enumerate(self.exits) if e < depth]
+
+    # -- hooks ---------------------------------------------------------------------
+    def plan(self, rnd, clients, state, rng):
+        total = self.config.kd_rampup_rounds or max(self.ctx.rounds, 1)
+        w = kd_weight(rnd, total) if self.config.kd else 0.0
+        plans = {}
+        for p in clients:
+            ks = self.owned(min(p.layers, self.ctx.n_layers))
+            if not ks:
+                log.warning("depthfl: client %d (budget %d) holds no classifier; it sits out", p.client, p.layers)
+                plans[p.client] = ClientPlan(p.client, p.tier, (), skip=True)
+                continue
+            last = ks[-1] == len(self.exits) - 1
+            plans[p.client] = prefix_plan(p, self.exits[ks[-1]] + 1, train_head=last,
+                                          extra={"exits": ks, "kd_weight": w})
+        return plans
+
+    def _exit_tensor_keys(self, plan) -> list[str]:
+        return [key for k in plan.extra["exits"] if k < len(self.exits) - 1 for key in self.exit_keys(k)]
+
+    def client_payload(self, state, plan):
+        keys = self.ctx.keys_for_layers(plan.blocks, head=True) + self._exit_tensor_keys(plan)
+        return {k: state.tensors[k] for k in keys}  # the head too: the prefix model's forward uses it
+
+    def upload_keys(self, plan):
+        return self.ctx.keys_for_layers(plan.train_layers, head=plan.train_head) + self._exit_tensor_keys(plan)
+
+    def hidden_blocks(self, plan):
+        ks = range(len(self.exits)) if plan is None else plan.extra["exits"]
+        return tuple(self.exits[k] for k in ks if k < len(self.exits) - 1)
+
+    def _logits(self, task, model, batch, hidden, ks) -> list[torch.Tensor]:
+        final = task.forward(model, batch)  # (B, C); fills ``hidden``
+        out = [self.heads[f"exit{k}"](task.features(model, hidden[self.exits[k]], batch))
+               for k in ks if k < len(self.exits) - 1]
+        return out + ([final] if ks[-1] == len(self.exits) - 1 else [])
+
+    def client_loss(self, task, model, batch, plan, hidden):
+        logits = self._logits(task, model, batch, hidden, plan.extra["exits"])
+        return depthfl_loss(logits, batch["y"], plan.extra["kd_weight"])
+
+    def eval_logits(self, task, model, batch, hidden):
+        logits = self._logits(task, model, batch, hidden, list(range(len(self.exits))))
+        named = {"ensemble": torch.stack(logits).mean(0), "last": logits[-1]}
+        first = self.config.eval_head
+        return {first: named[first]} | {k: v for k, v in named.items() if k != first}
+
+    def aggregate(self, state, updates):
+        return MethodState(owner_mean(state, updates), state.extra)

@@ -1,0 +1,405 @@
+"""Rank-heterogeneous federated LoRA: HETLoRA, FlexLoRA, FLoRA.
+
+Every client trains LoRA on all layers at its tier's rank r_i (``ClientProfile.rank``,
+``--roc`` tiers default to r = 1/4/16); the global LoRA has rank r_max = ``lora_r``
+(default 16, so the default tiers fit). A client of rank r_i != r_max trains a peft
+adapter of its own (``ClientPlan.rank``); its tensors keep their canonical names with
+rank-r_i shapes: A (r_i, d_in), B (d_out, r_i).
+
+**Scaling.** peft computes a LoRA layer's update as (alpha_i / r_i) B A with the adapter's
+own alpha_i. Each method fixes alpha_i (``client_alpha``) and the server uses exactly
+s_i = alpha_i / r_i (``client_scaling``) whenever it rebuilds a client's update:
+
+- HETLoRA: alpha_i = alpha r_i / r_max, so s_i = alpha / r_max for everyone: the leading
+  r_i components a client receives act on it exactly as they act in the global model.
+- FlexLoRA, FLoRA: alpha_i = alpha (standard LoRA), s_i = alpha / r_i; the server folds
+  s_i into what it rebuilds and sends. (The FLoRA authors' code gave the stacked adapter
+  one scaling, alpha_stack / r_stack, that is not any client's own: the bug we avoid;
+  ``tests/methods/test_flora.py`` checks the server's s_i against peft's.)
+
+The dense base weight of a LoRA module is ``<module>.base_layer.weight`` (peft's name).
+FLoRA sends merged base weights in its payload and FlexLoRA evaluates with them: the
+runner applies base weights found in a payload / in ``eval_tensors`` to that client /
+that evaluation only (``AdapterModel.base_overlay``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+from typing import Literal, Mapping, Sequence
+
+import torch
+from peft.tuners.lora import LoraLayer
+
+from fedbench.config import cfg_field
+from fedbench.errors import UserError
+from fedbench.methods import METHODS
+from fedbench.methods.base import ClientPlan, ClientUpdate, Method, MethodConfig, MethodState, weighted_mean_by_key
+
+log = logging.getLogger(__name__)
+
+A_SFX, B_SFX = ".lora_A.weight", ".lora_B.weight"
+
+
+# ----------------------------------------------------------------------------- helpers
+def lora_modules(keys: Sequence[str]) -> list[str]:
+    """Module names that have a LoRA pair among ``keys`` (in order)."""
+    mods = [k[: -len(A_SFX)] for k in keys if k.endswith(A_SFX)]
+    missing = [m for m in mods if m + B_SFX not in keys]
+    if missing:
+        raise ValueError(f"LoRA A without B for {missing[0]}")
+    return mods
+
+
+def base_key(module: str) -> str:
+    return f"{module}.base_layer.weight"
+
+
+def lora_product(a: torch.Tensor, b: torch.Tensor, scaling: float) -> torch.Tensor:
+    """scaling * B A: the dense update of one LoRA module, (d_out, d_in)."""
+    return scaling * (b.float() @ a.float())
+
+
+def component_mean(current: torch.Tensor, parts: Sequence[torch.Tensor], weights: Sequence[float],
+                   dim: int) -> torch.Tensor:
+    """HETLoRA's zero-padded aggregation of one LoRA tensor along its rank axis ``dim``.
+
+    ``current`` has r_max components along ``dim``; part i has its first r_i. Component k:
+    sum_{i: r_i > k} w_i x_i[k] / sum_{i: r_i > k} w_i; a component nobody had keeps its
+    current value.
+    """
+    r_max = current.shape[dim]
+    num = torch.zeros(current.shape, dtype=torch.float32, device=current.device)
+    den = torch.zeros(r_max, dtype=torch.float32, device=current.device)
+    for x, w in zip(parts, weights):
+        r = x.shape[dim]
+        if r > r_max:
+            raise ValueError(f"a client sent {r} components, more than the global rank {r_max}")
+        num.narrow(dim, 0, r).add_(float(w) * x.to(num))
+        den[:r] += float(w)
+    shape = [1] * current.dim()
+    shape[dim] = r_max
+    den = den.view(shape)
+    out = torch.where(den > 0, num / den.clamp_min(1e-30), current.float())
+    return out.to(current.dtype)
+
+
+def stack_lora(parts: Sequence[tuple[torch.Tensor, torch.Tensor]], coefs: Sequence[float]):
+    """FLoRA's stacking: A_s = concat_i(c_i A_i) (sum r_i, d_in), B_s = concat_i(B_i)
+    (d_out, sum r_i), so that B_s A_s = sum_i c_i B_i A_i exactly."""
+    a = torch.cat([c * a.float() for (a, _), c in zip(parts, coefs)], dim=0)
+    b = torch.cat([b.float() for _, b in parts], dim=1)
+    return a, b
+
+
+def top_factors(delta: torch.Tensor, r: int, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlexLoRA's redistribution: the best rank-r approximation of ``delta`` as LoRA factors
+    of scaling ``scaling``: A = V_r^T (r, d_in), B = U_r S_r / scaling (d_out, r)
+    (Eckart-Young: U_r S_r V_r^T minimises ||delta - X||_F over rank-r X)."""
+    u, s, vh = torch.linalg.svd(delta.float(), full_matrices=False)
+    r = min(r, s.numel())
+    return vh[:r].contiguous(), (u[:, :r] * s[:r]) / scaling
+
+
+def pad_rank(a: torch.Tensor, b: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero-pad LoRA factors A (k, d_in), B (d_out, k) to rank r >= k."""
+    k = a.shape[0]
+    return (torch.cat([a, a.new_zeros(r - k, a.shape[1])], 0),
+            torch.cat([b, b.new_zeros(b.shape[0], r - k)], 1))
+
+
+def active_lora_pairs(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, torch.nn.Parameter]]:
+    """(A, B) parameters of the active adapter of every peft LoRA layer in ``model``."""
+    out = []
+    for m in model.modules():
+        if isinstance(m, LoraLayer):
+            name = m.active_adapters[0]
+            out.append((m.lora_A[name].weight, m.lora_B[name].weight))
+    return out
+
+
+# ----------------------------------------------------------------------------- base class
+@dataclass(frozen=True)
+class RankConfig(MethodConfig):
+    lora_r: int = cfg_field(16, "global LoRA rank r_max; every tier's rank must be <= it (tiers default to 1/4/16)")
+
+
+class RankMethod(Method):
+    """Shared plan/payload plumbing: all layers at the client's rank, full depth."""
+
+    config_cls = RankConfig
+
+    def __init__(self, config, ctx):
+        super().__init__(config, ctx)
+        self.r_max = config.lora_r
+        self.modules = lora_modules(ctx.all_keys)
+        self._check_ranks(ctx.profiles.values())
+
+    def _check_ranks(self, profiles) -> None:
+        too_big = sorted({p.rank for p in profiles if p.rank > self.r_max})
+        if too_big:
+            raise UserError(f"tier rank {too_big[-1]} exceeds the global rank lora_r={self.r_max}; "
+                            f"set method.lora_r >= {too_big[-1]} or lower run.tier_ranks")
+
+    # -- scaling ---------------------------------------------------------------------
+    def client_alpha(self, rank: int) -> float:
+        """alpha of a rank-``rank`` client's peft adapter (standard LoRA: the config's)."""
+        return float(self.config.lora_alpha)
+
+    def client_scaling(self, rank: int) -> float:
+        """alpha_i / r_i: the scaling peft applies to a rank-``rank`` client's B A."""
+        return self.client_alpha(rank) / rank
+
+    # -- hooks -----------------------------------------------------------------------
+    def client_rank(self, profile, state: MethodState) -> int:
+        return profile.rank
+
+    def plan(self, rnd, clients, state, rng):
+        self._check_ranks(clients)
+        layers = tuple(range(self.ctx.n_layers))
+        plans = {}
+        for p in clients:
+            r = self.client_rank(p, state)
+            extra = {} if r == self.r_max else {"lora_alpha": self.client_alpha(r)}
+            plans[p.client] = ClientPlan(p.client, p.tier, layers, rank=r, extra=extra)
+        return plans
+
+    def head_mean(self, state: MethodState, updates: Sequence[ClientUpdate]) -> dict[str, torch.Tensor]:
+        """Example-weighted mean of the head over the clients (methods.md: every client trains it)."""
+        heads = [ClientUpdate(u.client, {k: u.tensors[k] for k in self.ctx.head_keys if k in u.tensors},
+                              u.n_examples, u.plan) for u in updates]
+        return weighted_mean_by_key(state.tensors, heads, {u.client: float(u.n_examples) for u in updates})
+
+    def head_tensors(self, state: MethodState) -> dict[str, torch.Tensor]:
+        return {k: state.tensors[k] for k in self.ctx.head_keys}
+
+    def metered(self):
+        """Server-side work (SVDs, dense merges) counted as server FLOPs when a server exists."""
+        server = self.ctx.server
+        return server.metered() if server is not None else contextlib.nullcontext()
+
+    def read_base(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Pretrained weights of the LoRA modules: from ``tensors`` or the server's model."""
+        keys = [base_key(m) for m in self.modules]
+        missing = [k for k in keys if k not in tensors]
+        got = dict(tensors)
+        if missing:
+            if self.ctx.server is None:
+                raise RuntimeError(f"{type(self).__name__} needs the base weights (e.g. {missing[0]})")
+            got.update(self.ctx.server.am.read(missing))
+        return {k: got[k].detach().clone() for k in keys}
+
+
+# ----------------------------------------------------------------------------- HETLoRA
+@dataclass(frozen=True)
+class HetLoRAConfig(RankConfig):
+    reg_lambda: float = cfg_field(0.01, "lambda of the rank self-pruning regulariser (0 = off)")
+    reg_gamma: float = cfg_field(0.9, "gamma: the regulariser acts on components floor(gamma r_i)..r_i-1")
+    aggregation: Literal["examples", "sparsity"] = cfg_field(
+        "examples", "client weights per component: example counts, or ||B_i A_i||_F per module (sparsity-weighted)"
+    )
+    prune: bool = cfg_field(False, "self-pruning: a client whose regularised tail shrank trains floor(gamma r_i) next time")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.reg_lambda < 0:
+            raise ValueError("reg_lambda must be >= 0")
+        if not 0 < self.reg_gamma <= 1:
+            raise ValueError("reg_gamma must be in (0, 1]")
+
+
+@METHODS.register("hetlora", "HETLoRA: clients train the leading r_i rank components; zero-padded per-component averaging")
+class HetLoRA(RankMethod):
+    """HETLoRA (Cho et al., "Heterogeneous LoRA for Federated Fine-tuning of On-Device
+    Foundation Models", EMNLP 2024).
+
+    - Distribution by truncation: client i gets A[:r_i, :] and B[:, :r_i] of the global
+      rank-r_max LoRA of every layer (+ the head).
+    - Local loss + lambda sum_modules ||A[t_i:, :]||_F ||B[:, t_i:]||_F with
+      t_i = max(1, floor(gamma r_i)), on the live peft parameters (so it has a gradient; the
+      FlexLoRA authors' re-implementation used ``.data``, which has none).
+    - Aggregation: zero-pad to r_max, average each component over the clients that had it
+      (example weights, or ``aggregation='sparsity'``: w_i = ||B_i A_i||_F per module).
+    - Optional self-pruning (``prune``): if the regularised tail norm at upload is below
+      the one the client received, its rank becomes t_i for later rounds (kept in
+      ``state.extra['ranks']``).
+    Scaling: alpha_i = alpha r_i / r_max, so every client's components act with the global
+    model's alpha / r_max (see the module docstring).
+    """
+
+    config_cls = HetLoRAConfig
+
+    def client_alpha(self, rank: int) -> float:
+        return float(self.config.lora_alpha) * rank / self.r_max
+
+    def client_rank(self, profile, state):
+        pruned = state.extra.get("ranks", {}).get(str(profile.client))
+        return profile.rank if pruned is None else min(profile.rank, int(pruned))
+
+    def tail_start(self, rank: int) -> int:
+        return max(1, math.floor(self.config.reg_gamma * rank))
+
+    def client_payload(self, state, plan):
+        out = {}
+        for m in self.modules:
+            out[m + A_SFX] = state.tensors[m + A_SFX][: plan.rank]  # (r_i, d_in)
+            out[m + B_SFX] = state.tensors[m + B_SFX][:, : plan.rank]  # (d_out, r_i)
+        return out | self.head_tensors(state)
+
+    def local_loss(self, model, batch, outputs, plan):
+        t = self.tail_start(plan.rank)
+        if self.config.reg_lambda == 0 or t >= plan.rank:
+            return None
+        reg = sum(a[t:].norm() * b[:, t:].norm() for a, b in active_lora_pairs(model))
+        return self.config.reg_lambda * reg
+
+    def tail_norm(self, tensors: Mapping[str, torch.Tensor], rank: int) -> float:
+        t = self.tail_start(rank)
+        return float(sum(tensors[m + A_SFX][t:rank].norm() * tensors[m + B_SFX][:, t:rank].norm()
+                         for m in self.modules))
+
+    def aggregate(self, state, updates):
+        if not updates:
+            return state
+        out = self.head_mean(state, updates)
+        for m in self.modules:
+            parts = [(u.tensors[m + A_SFX], u.tensors[m + B_SFX]) for u in updates]
+            if self.config.aggregation == "sparsity":
+                w = [float(lora_product(a, b, 1.0).norm()) for a, b in parts]
+                if sum(w) <= 0:
+                    w = [1.0] * len(parts)
+            else:
+                w = [float(u.n_examples) for u in updates]
+            out[m + A_SFX] = component_mean(state.tensors[m + A_SFX], [a for a, _ in parts], w, dim=0)
+            out[m + B_SFX] = component_mean(state.tensors[m + B_SFX], [b for _, b in parts], w, dim=1)
+        extra = dict(state.extra)
+        if self.config.prune:
+            ranks = dict(extra.get("ranks", {}))
+            for u in updates:
+                r = u.plan.rank
+                if self.tail_start(r) < r and self.tail_norm(u.tensors, r) < self.tail_norm(state.tensors, r):
+                    ranks[str(u.client)] = self.tail_start(r)
+            extra["ranks"] = ranks
+        return MethodState(out, extra)
+
+
+# ----------------------------------------------------------------------------- FlexLoRA
+DELTA_SFX = ".flexlora_delta"  # state key of a module's dense global update (d_out, d_in)
+
+
+@METHODS.register("flexlora", "FlexLoRA: average the clients' full-size B_i A_i, SVD, send each client its top r_i")
+class FlexLoRA(RankMethod):
+    """FlexLoRA (Bai et al., "Federated Fine-tuning of Large Language Models under
+    Heterogeneous Tasks and Client Resources", NeurIPS 2024).
+
+    Server, per LoRA module: dW = sum_i p_i s_i B_i A_i with p_i example weights and
+    s_i = alpha / r_i (the client's own peft scaling); SVD dW = U S V^T; client i gets
+    A = V_{r_i}^T, B = U_{r_i} S_{r_i} / s_i, so its model starts from the best rank-r_i
+    approximation of dW. The state keeps the top-r_max factors (payloads are slices of
+    them) and dW itself: the global model evaluated is W0 + dW exactly (merged into the
+    base weights for the evaluation). Round 1 sends the initial LoRA (A0[:r_i], B = 0).
+    Traffic: what is sent, the rank-r_i factors each way (the paper's tables count
+    full-size matrices; the Fed-HeLLo paper's 57 MB/round for FlexLoRA does the same).
+    """
+
+    def init_state(self, tensors):
+        st = dict(tensors) | self.read_base(tensors)
+        for m in self.modules:
+            w = st[base_key(m)]
+            st[m + DELTA_SFX] = torch.zeros(w.shape, dtype=torch.float32, device=w.device)
+        return MethodState(st, {"aggregated": False})
+
+    def client_payload(self, state, plan):
+        # state LoRA = top-r_max factors at the global scaling alpha / r_max
+        rescale = self.client_scaling(self.r_max) / self.client_scaling(plan.rank)
+        out = {}
+        for m in self.modules:
+            out[m + A_SFX] = state.tensors[m + A_SFX][: plan.rank]  # (r_i, d_in)
+            out[m + B_SFX] = state.tensors[m + B_SFX][:, : plan.rank] * rescale  # (d_out, r_i)
+        return out | self.head_tensors(state)
+
+    def aggregate(self, state, updates):
+        if not updates:
+            return state
+        out = self.head_mean(state, updates)
+        total = float(sum(u.n_examples for u in updates))
+        s_max = self.client_scaling(self.r_max)
+        with self.metered():
+            for m in self.modules:
+                delta = sum((u.n_examples / total) * lora_product(
+                    u.tensors[m + A_SFX], u.tensors[m + B_SFX], self.client_scaling(u.plan.rank)) for u in updates)
+                a, b = top_factors(delta, self.r_max, s_max)
+                a, b = pad_rank(a, b, self.r_max)  # a module smaller than r_max
+                out[m + DELTA_SFX] = delta
+                out[m + A_SFX] = a.to(state.tensors[m + A_SFX].dtype)
+                out[m + B_SFX] = b.to(state.tensors[m + B_SFX].dtype)
+        return MethodState(out, {**state.extra, "aggregated": True})
+
+    def eval_tensors(self, state):
+        """W0 + dW in the base weights, the default adapter's B zero, the head."""
+        out = self.head_tensors(state)
+        for m in self.modules:
+            w0 = state.tensors[base_key(m)]
+            out[base_key(m)] = (w0.float() + state.tensors[m + DELTA_SFX]).to(w0.dtype)
+            out[m + A_SFX] = state.tensors[m + A_SFX]
+            out[m + B_SFX] = torch.zeros_like(state.tensors[m + B_SFX])
+        return out
+
+
+# ----------------------------------------------------------------------------- FLoRA
+@METHODS.register("flora", "FLoRA: stack the clients' LoRA along the rank axis, merge into the base, fresh LoRA each round")
+class FLoRA(RankMethod):
+    """FLoRA (Wang et al., "FLoRA: Federated Fine-Tuning Large Language Models with
+    Heterogeneous Low-Rank Adaptations", NeurIPS 2024).
+
+    Aggregation per LoRA module: A_s = concat_i(p_i s_i A_i), B_s = concat_i(B_i), so
+    B_s A_s = sum_i p_i (alpha / r_i) B_i A_i exactly (the client's own scaling s_i folded
+    into its block of A_s; methods.md writes the merge as (alpha / r) B_s A_s, which is
+    only right when all ranks are equal). The merged weights W_{t+1} = W_t + B_s A_s are
+    the new base every client starts from with a fresh LoRA.
+
+    Payload: W_t of every LoRA module (the merged weights broadcast to every client,
+    counted as down traffic), a fresh A (peft's init, uniform(+-1/sqrt(d_in)), seeded per
+    client and round) with B = 0 (clients could draw A locally; we send it so that the
+    simulated client has no other source: it is small next to W_t), and the head.
+    Known issue (methods.md): the authors' runs diverge over many rounds; nothing here
+    corrects that.
+    """
+
+    def init_state(self, tensors):
+        return MethodState(dict(tensors) | self.read_base(tensors), {})
+
+    def plan(self, rnd, clients, state, rng):
+        plans = super().plan(rnd, clients, state, rng)
+        for p in plans.values():
+            p.extra["init_seed"] = int(rng.integers(2**31 - 1))
+        return plans
+
+    def client_payload(self, state, plan):
+        gen = torch.Generator().manual_seed(plan.extra["init_seed"])
+        out = {}
+        for m in self.modules:
+            w = state.tensors[base_key(m)]  # (d_out, d_in)
+            d_out, d_in = w.shape
+            bound = 1.0 / math.sqrt(d_in)
+            a = (torch.rand(plan.rank, d_in, generator=gen) * 2 - 1) * bound
+            out[base_key(m)] = w
+            out[m + A_SFX] = a.to(device=w.device, dtype=w.dtype)  # (r_i, d_in)
+            out[m + B_SFX] = torch.zeros(d_out, plan.rank, dtype=w.dtype, device=w.device)  # (d_out, r_i)
+        return out | self.head_tensors(state)
+
+    def aggregate(self, state, updates):
+        if not updates:
+            return state
+        out = self.head_mean(state, updates)
+        total = float(sum(u.n_examples for u in updates))
+        coefs = [(u.n_examples / total) * self.client_scaling(u.plan.rank) for u in updates]
+        with self.metered():
+            for m in self.modules:
+                a, b = stack_lora([(u.tensors[m + A_SFX], u.tensors[m + B_SFX]) for u in updates], coefs)
+                w = state.tensors[base_key(m)]
+                out[base_key(m)] = (w.float() + b @ a).to(w.dtype)  # (d_out, d_in)
+        return MethodState(out, state.extra)

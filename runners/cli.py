@@ -1,0 +1,284 @@
+"""``fedbench``: list, run, sweep, leaderboard.
+
+Bad input (unknown method/task/setting, malformed --roc, unknown --set keys, ...) ends
+with a one-line ``fedbench: error: ...`` and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from fedbench.errors import UserError
+
+log = logging.getLogger("fedbench")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+        raise UserError(message)
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", required=True, help="method key (see `fedbench list methods`)")
+    p.add_argument("--task", required=True, help="task key (see `fedbench list tasks`)")
+    p.add_argument("--setting", help="data split: iid, dir(a), k/a, k/-, domain, domain+dir(a)xm, k/Dd")
+    p.add_argument("--roc", help="ratio of resource tiers, e.g. 6:3:1 (budgets 1/2, 3/4, all layers)")
+    p.add_argument("--capacities", help="per-client layer budgets, e.g. 12,10,8,6,4,3")
+    p.add_argument("--dynamic", action="store_true", default=None, help="redraw budgets every round")
+    p.add_argument("--clients", type=int, help="number of clients")
+    p.add_argument("--per-round", type=int, help="clients sampled per round")
+    p.add_argument("--rounds", type=int, help="communication rounds")
+    p.add_argument("--local-epochs", type=int, help="local epochs per round")
+    p.add_argument("--max-steps", type=int, help="cap on local steps per client per round")
+    p.add_argument("--batch-size", type=int, help="local batch size")
+    p.add_argument("--optimizer", choices=["sgd", "adamw"], help="local optimizer")
+    p.add_argument("--lr", type=float, help="local learning rate")
+    p.add_argument("--seed", type=int, help="seed")
+    p.add_argument("--device", help="auto (CUDA if present), cpu, cuda, cuda:N")
+    p.add_argument("--data-dir", help="local data directory for the task (offline path)")
+    p.add_argument("--model", help="model: alias, HF id, timm name or local path")
+    p.add_argument("--config", help="YAML file with sections run / method / task")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field: method.t_rgd=2, task.seq_len=128, lr=0.01 (run)")
+    p.add_argument("--out", help="directory of result records (default: results)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+RUN_FLAGS = ("setting", "roc", "capacities", "dynamic", "clients", "per_round", "rounds", "local_epochs",
+             "max_steps", "batch_size", "optimizer", "lr", "seed", "device", "out")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fedbench", description="Benchmark suite for heterogeneous federated PEFT")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    ls = sub.add_parser("list", help="list methods and tasks with one-line descriptions")
+    ls.add_argument("what", nargs="?", choices=["methods", "tasks", "all"], default="all")
+    ls.add_argument("--fields", action="store_true", help="also list every config field with its default and help")
+    run = sub.add_parser("run", help="run one method on one task and write a result record")
+    _add_run_options(run)
+    sw = sub.add_parser("sweep", help="run methods x settings x resources x seeds from a YAML preset (skips done runs)")
+    sw.add_argument("preset", help="YAML preset (see benchmarks/)")
+    sw.add_argument("--out", help="records directory (overrides the preset)")
+    sw.add_argument("--dry-run", action="store_true", help="list the runs and whether they are done")
+    sw.add_argument("--no-progress", action="store_true")
+    lb = sub.add_parser("leaderboard", help="regenerate leaderboard/<task>.md from result records")
+    lb.add_argument("--records", default="results", help="records directory (default: results)")
+    lb.add_argument("--out", default="leaderboard", help="output directory (default: leaderboard)")
+    return p
+
+
+# ------------------------------------------------------------------------------ list
+def cmd_list(args) -> int:
+    from fedbench.config import describe_fields
+    from fedbench.methods import METHODS
+    from fedbench.tasks import TASKS
+
+    def show(title, reg, cfg_attr):
+        print(f"{title}:")
+        width = max(len(e.key) for e in reg.entries())
+        for e in reg.entries():
+            alias = f" (alias: {', '.join(e.aliases)})" if e.aliases else ""
+            print(f"  {e.key:<{width}}  {e.description}{alias}")
+            if args.fields:
+                for name, default, help_ in describe_fields(getattr(e.obj, cfg_attr)):
+                    print(f"  {'':<{width}}    {name} = {default!r}: {help_}")
+
+    if args.what in ("methods", "all"):
+        show("methods (--method; fields: --set method.FIELD=VALUE)", METHODS, "config_cls")
+    if args.what in ("tasks", "all"):
+        show("tasks (--task; fields: --set task.FIELD=VALUE)", TASKS, "config_cls")
+    return 0
+
+
+# ------------------------------------------------------------------------------- run
+def gather_configs(args) -> tuple[dict, dict, dict]:
+    """run / method / task overrides from --config, flags and --set (later wins)."""
+    from fedbench.config import SECTIONS, load_yaml_config, parse_overrides
+
+    cfg: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    if args.config:
+        for s, v in load_yaml_config(args.config).items():
+            cfg[s].update(v)
+    for name in RUN_FLAGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            cfg["run"][name] = value
+    if getattr(args, "data_dir", None):
+        cfg["task"]["data_dir"] = args.data_dir
+    if getattr(args, "model", None):
+        cfg["task"]["model"] = args.model
+    for s, v in parse_overrides(args.set).items():
+        cfg[s].update(v)
+    if cfg["run"].get("roc"):
+        from fedbench.runners.tiers import parse_roc
+
+        parse_roc(str(cfg["run"]["roc"]))
+    return cfg["run"], cfg["method"], cfg["task"]
+
+
+class _Progress:
+    """tqdm bar over rounds, showing the latest metric and train loss."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label, self.enabled, self.bar = label, enabled, None
+
+    def start(self, rounds: int) -> None:
+        if self.enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=rounds, desc=self.label, unit="round", leave=True, dynamic_ncols=True)
+
+    def round(self, entry) -> None:
+        if self.bar is not None:
+            post = {}
+            if entry.metric is not None:
+                post["metric"] = f"{entry.metric:.4f}"
+            if entry.train_loss is not None:
+                post["loss"] = f"{entry.train_loss:.3f}"
+            self.bar.set_postfix(post)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def summary_line(rec: dict, path: Path) -> str:
+    run, res, cost = rec["run"], rec["results"], rec["cost"]
+
+    def f(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    head = f"{run['method']} on {run['task']} [{run['setting']}, {run['resource_label']}, seed {run['seed']}]"
+    if rec["status"] != "ok":
+        return f"{head}: {rec['status'].upper()} after {run['rounds_completed']}/{run['rounds']} rounds: {rec['error']} -> {path}"
+    best = f"best {f(res['best'], '.4f')} @ r{res['best_round']}" if res["best"] is not None else ""
+    return (f"{head}: {res['metric_name']} {f(res['final'], '.4f')} ({best}) | "
+            f"{f(cost['tflops_per_step']['mean'], '.3g')} TFLOPs/step | {f(cost['peak_mem_gb']['mean'], '.3g')} GB "
+            f"({cost['peak_mem_source']}) | {f(cost['traffic_mb_per_client_round']['total'], '.3g')} MB/client-round | "
+            f"{f(cost['seconds_per_round'], '.3g')} s/round -> {path}")
+
+
+def execute(method: str, task: str, run: dict, method_cfg: dict, task_cfg: dict, progress: bool) -> tuple[dict, Path]:
+    from fedbench.runners.local import Callbacks, LocalRunner
+
+    bar = _Progress(f"{method}/{task}", progress)
+    runner = LocalRunner(method, task, run, method_cfg, task_cfg,
+                         callbacks=Callbacks(on_start=bar.start, on_round=bar.round))
+    try:
+        return runner.run()
+    finally:
+        bar.close()
+
+
+def cmd_run(args) -> int:
+    run, method_cfg, task_cfg = gather_configs(args)
+    rec, path = execute(args.method, args.task, run, method_cfg, task_cfg, not args.no_progress)
+    print(summary_line(rec, path))
+    return {"ok": 0, "failed": 1, "cancelled": 130}[rec["status"]]
+
+
+# ----------------------------------------------------------------------------- sweep
+def expand_sweep(preset: dict) -> list[dict]:
+    """A preset's runs: methods x settings x resources x seeds.
+
+    Keys: ``task`` (required), ``methods`` (list), ``settings`` (list, default [iid]),
+    ``resources`` (list of {roc: ...} / {capacities: ...} / {} ; default [{}]),
+    ``seeds`` (list, default [0]), ``run`` / ``task_config`` (dicts), ``method_config``
+    (dict of method key -> dict; key ``all`` applies to every method).
+    """
+    allowed = {"task", "methods", "settings", "resources", "seeds", "run", "task_config", "method_config", "out"}
+    bad = sorted(set(preset) - allowed)
+    if bad:
+        raise UserError(f"sweep preset: unknown key {bad[0]!r} (valid: {', '.join(sorted(allowed))})")
+    if "task" not in preset or not preset.get("methods"):
+        raise UserError("sweep preset needs `task` and a non-empty `methods` list")
+    mcfg = preset.get("method_config") or {}
+    runs = []
+    for method, setting, res, seed in itertools.product(
+        preset["methods"], preset.get("settings") or ["iid"], preset.get("resources") or [{}], preset.get("seeds") or [0]
+    ):
+        run = dict(preset.get("run") or {})
+        run.update(res or {})
+        run.update(setting=setting, seed=seed)
+        if preset.get("out"):
+            run.setdefault("out", preset["out"])
+        m = {**(mcfg.get("all") or {}), **(mcfg.get(method) or {})}
+        runs.append({"method": method, "task": preset["task"], "run": run, "method_config": m,
+                     "task_config": dict(preset.get("task_config") or {})})
+    return runs
+
+
+def cmd_sweep(args) -> int:
+    import yaml
+
+    from fedbench.runners import records
+    from fedbench.runners.local import LocalRunner
+
+    try:
+        with open(args.preset) as fh:
+            preset = yaml.safe_load(fh) or {}
+    except FileNotFoundError:
+        raise UserError(f"sweep preset not found: {args.preset}") from None
+    runs = expand_sweep(preset)
+    if args.out:
+        for r in runs:
+            r["run"]["out"] = args.out
+    done = failed = 0
+    for i, r in enumerate(runs, 1):
+        runner = LocalRunner(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
+        path = runner.record_path()
+        label = f"[{i}/{len(runs)}] {r['method']} {r['run'].get('setting')} {r['run'].get('roc') or r['run'].get('capacities') or ''} seed {r['run']['seed']}"
+        if path.exists() and json.loads(path.read_text()).get("status") == "ok":
+            print(f"{label}: done ({path})")
+            done += 1
+            continue
+        if args.dry_run:
+            print(f"{label}: to run")
+            continue
+        rec, path = execute(r["method"], r["task"], r["run"], r["method_config"], r["task_config"], not args.no_progress)
+        print(f"{label}: {summary_line(rec, path)}")
+        if rec["status"] == "cancelled":
+            return 130
+        failed += rec["status"] != "ok"
+    print(f"sweep: {len(runs)} runs, {done} already done, {failed} failed")
+    return 1 if failed else 0
+
+
+# ------------------------------------------------------------------------ leaderboard
+def cmd_leaderboard(args) -> int:
+    from fedbench.leaderboard.generate import generate
+
+    paths = generate(args.records, args.out)
+    for p in paths:
+        print(p)
+    if not paths:
+        print(f"no records under {args.records}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                            format="%(levelname)s %(name)s: %(message)s")
+        return {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard}[args.cmd](args)
+    except UserError as e:
+        print(f"fedbench: error: {str(e).splitlines()[0] if str(e) else 'bad input'}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fedbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

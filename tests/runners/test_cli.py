@@ -1,0 +1,81 @@
+"""CLI: bad input is one line + exit 2; a run writes a record; the leaderboard shows it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fedbench.runners.cli import main
+
+from smoke import SMALL_TASK_CONFIGS
+
+BAD = [
+    (["run", "--method", "fedraa", "--task", "tiny_vision"], "unknown method 'fedraa'; did you mean 'fedra'"),
+    (["run", "--method", "fedra", "--task", "tiny_vison"], "unknown task 'tiny_vison'; did you mean 'tiny_vision'"),
+    (["run", "--method", "fedra", "--task", "tiny_vision", "--setting", "dirichlet"], "unknown setting"),
+    (["run", "--method", "fedra", "--task", "tiny_vision", "--roc", "6-3-1"], "malformed --roc"),
+    (["run", "--method", "fedra", "--task", "tiny_vision", "--capacities", "12,13"], "outside 1..12"),
+    (["run", "--method", "fedra", "--task", "tiny_vision", "--clients", "3", "--per-round", "5"], "--per-round 5 > number of clients 3"),
+    (["run", "--method", "fedra", "--task", "tiny_vision", "--set", "method.nope=1"], "unknown config key method.nope"),
+    (["run", "--method", "fedra", "--task", "tiny_vision", "--set", "lrr=1"], "unknown config key run.lrr; did you mean run.lr"),
+    (["run", "--method", "fedra", "--task", "tiny_vision", "--rounds", "x"], "invalid int value"),
+    (["run", "--method", "fedra", "--task", "tiny_vision", "--setting", "domain", "--capacities", "12,abc"], "bad value"),
+]
+
+
+@pytest.mark.parametrize("argv,expected", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_input_is_one_line_exit_2(argv, expected, capsys, tmp_path):
+    code = main(argv + ["--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err
+    assert err.count("\n") == 1 and err.startswith("fedbench: error:")
+    assert not list(tmp_path.rglob("*.json"))  # bad input writes no record
+
+
+def test_console_script_bad_input_no_traceback():
+    p = subprocess.run([sys.executable, "-m", "fedbench", "run", "--method", "nope", "--task", "tiny_text"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr and p.stderr.strip().count("\n") == 0
+
+
+def test_list_prints_every_key(capsys):
+    from fedbench.methods import METHODS
+    from fedbench.tasks import TASKS
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for key in METHODS.keys() + TASKS.keys():
+        assert f"  {key} " in out
+
+
+def test_run_then_leaderboard(tmp_path, capsys):
+    out, board = tmp_path / "results", tmp_path / "board"
+    sets = [f"task.{k}={v}" for k, v in SMALL_TASK_CONFIGS["tiny_vision"].items()]
+    argv = ["run", "--method", "fedra", "--task", "tiny_vision", "--setting", "domain", "--capacities",
+            "12,10,8,6,4,3", "--rounds", "2", "--out", str(out), "--no-progress"]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("fedra on tiny_vision [domain, 12,10,8,6,4,3, seed 0]: top1 ")
+    (rec_path,) = list(out.rglob("*.json"))
+    rec = json.loads(rec_path.read_text())
+    assert rec["status"] == "ok" and rec["run"]["n_clients"] == 6
+    assert set(rec["results"]["per_domain"]) == {"plain", "swapped", "inverted", "gray", "faded", "noisy"}
+    assert main(["leaderboard", "--records", str(out), "--out", str(board)]) == 0
+    md = (board / "tiny_vision.md").read_text()
+    assert "| fedra " in md and "12,10,8,6,4,3" in md
+
+
+def test_yaml_config_and_set_precedence(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run: {rounds: 1, clients: 3, per_round: 3}\ntask: {n_train: 60, n_test: 12}\nmethod: {lora_r: 2}\n")
+    out = tmp_path / "r"
+    assert main(["run", "--method", "fedavg", "--task", "tiny_text", "--config", str(cfg), "--set", "method.lora_r=4",
+                 "--out", str(out), "--no-progress"]) == 0
+    rec = json.loads(next(out.rglob("*.json")).read_text())
+    assert rec["run"]["rounds"] == 1 and rec["run"]["n_clients"] == 3
+    assert rec["run"]["method_config"]["lora_r"] == 4 and rec["run"]["task_config"]["n_train"] == 60

@@ -1,0 +1,7 @@
+"""Small versions of the tiny tasks for smoke runs (seconds on 2 CPU cores)."""
+
+SMALL_TASK_CONFIGS = {
+    "tiny_vision": {"n_train_per_domain": 24, "n_test_per_domain": 8},
+    "tiny_text": {"n_train": 160, "n_test": 48},
+    "tiny_lm": {"n_train": 96, "n_test": 24},
+}
