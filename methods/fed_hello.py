@@ -106,8 +106,10 @@ class FedHelloFIMConfig(FedHelloBaseConfig):
 @dataclass(frozen=True)
 class FedHelloConfig(FedHelloFIMConfig):
     pattern: Pattern = cfg_field("bottleneck", "GD pattern whose masks give the RGD prior of the warm start")
-    t_rgd: int | None = cfg_field(None, "RGD-HLA for the first T_RGD rounds; None = paper: 50 (classification), 1 (LMs)")
-    t_fim: int | None = cfg_field(None, "then FIM-HLA, rescored every T_FIM rounds; None = paper: 50 (classification), 2 (LMs)")
+    t_rgd: int | None = cfg_field(
+        None, "RGD-HLA for the first T_RGD rounds; None = paper: 50 (classification), 1 (LMs)")
+    t_fim: int | None = cfg_field(
+        None, "then FIM-HLA, rescored every T_FIM rounds; None = paper: 50 (classification), 2 (LMs)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -221,7 +223,8 @@ def eq5_base_probs(levels: Sequence[int], ratios: Sequence[float]) -> np.ndarray
     return np.array([(c >= ch).sum() for ch in c]) / float((c * r).sum())
 
 
-def fim_layer_probs(scores: Sequence[float], levels: Sequence[int], ratios: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def fim_layer_probs(scores: Sequence[float], levels: Sequence[int],
+                    ratios: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """FIM-HLA: (per-layer allocation probabilities (L,), score group per layer (L,)).
 
     Group 0 (highest scores) gets a_1 (the largest), group 1 gets a_2, ...; normalised.
@@ -290,7 +293,8 @@ class FedHelloGDTriangle(FedHelloGD):
     pattern = "triangle"
 
 
-@METHODS.register("fed_hello_gd_inverted", "Fed-HeLLo GD-HLA Inverted triangle: each client trains its last c_i LoRA layers")
+@METHODS.register("fed_hello_gd_inverted",
+                  "Fed-HeLLo GD-HLA Inverted triangle: each client trains its last c_i LoRA layers")
 class FedHelloGDInverted(FedHelloGD):
     pattern = "inverted"
 
@@ -326,7 +330,8 @@ class FedHelloRGD(_RGDPrior, FedHelloBase):
         return {p.client: sample_layers(self.prior, self.budget(p), rng) for p in clients}
 
 
-@METHODS.register("fed_hello_fim", "Fed-HeLLo FIM-HLA: layers drawn by server-side FIM scores on a proxy set (Eq. 4, 5)")
+@METHODS.register("fed_hello_fim",
+                  "Fed-HeLLo FIM-HLA: layers drawn by server-side FIM scores on a proxy set (Eq. 4, 5)")
 class FedHelloFIM(FedHelloBase):
     """FIM-HLA every T_FIM rounds from round 1 (the co-design with T_RGD = 0)."""
 
@@ -374,7 +379,8 @@ class FedHelloFIM(FedHelloBase):
         )
 
 
-@METHODS.register("fed_hello", "Fed-HeLLo: RGD-HLA warm start for T_RGD rounds, then FIM-HLA rescored every T_FIM rounds")
+@METHODS.register("fed_hello",
+                  "Fed-HeLLo: RGD-HLA warm start for T_RGD rounds, then FIM-HLA rescored every T_FIM rounds")
 class FedHello(_RGDPrior, FedHelloFIM):
     config_cls = FedHelloConfig
 

@@ -127,6 +127,8 @@ class LocalRunner:
             raise UserError(f"method {self.method_key!r} does not support {self.task.kind} tasks like {self.task_key!r}")
         self.setting = parse_setting(self.run_cfg.setting)
         self.callbacks = callbacks or Callbacks()
+        self.logs: list[RoundLog] = []
+        self.costs: list[tuple[int, ClientCost]] = []
         self.device = resolve_device(self.run_cfg.device)
         defaults = getattr(self.task, "run_defaults", {})
         r = self.run_cfg
@@ -204,9 +206,6 @@ class LocalRunner:
     def run(self) -> tuple[dict, Path]:
         rec = records.empty_record()
         t_start = time.perf_counter()
-        self.logs: list[RoundLog] = []
-        self.costs: list[tuple[int, ClientCost]] = []
-        self.sampled_tiers: list[int] = []
         status, error = "ok", None
         try:
             self.setup()
@@ -241,7 +240,6 @@ class LocalRunner:
             losses = []
             for p in profiles:
                 plan = plans[p.client]
-                self.sampled_tiers.append(p.tier)
                 if plan.skip:
                     self.costs.append((rnd, ClientCost(client=p.client, tier=p.tier)))
                     continue

