@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 Pattern = Literal["bottleneck", "triangle", "inverted", "uniform"]
 
 #: proxy-set sizes of the paper (Sec. IV-A), by task key; other tasks get DEFAULT_PROXY_SIZE
-PAPER_PROXY_SIZES = {"cifar100": 100, "ledgar": 50, "domainnet": 1000, "domainnet121": 1000,
+PAPER_PROXY_SIZES = {"cifar100": 100, "ledgar": 50, "domainnet": 1000,
                      "natural_instructions": 50, "dolly": 50}
 DEFAULT_PROXY_SIZE = 50
 #: paper defaults by task kind (Sec. IV-A): LoRA rank, T_RGD, T_FIM

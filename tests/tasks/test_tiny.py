@@ -34,3 +34,15 @@ def test_tiny_data_is_fixed_and_domains_differ():
     assert sorted(np.unique(a.train_domains)) == list(range(6))
     x, d = a.train.tensors["x"], a.train_domains
     assert not torch.allclose(x[d == 0].mean(), x[d == 4].mean(), atol=0.1)  # "faded" shifts the mean
+
+
+def test_mixer_option_runs_fedra_on_both_fc2s(tmp_path):
+    from smoke import SMALL_TASK_CONFIGS
+
+    runner = LocalRunner("fedra", "tiny_vision", dict(rounds=1, setting="domain", capacities=[12, 6, 3], out=str(tmp_path)),
+                         task_config={**SMALL_TASK_CONFIGS["tiny_vision"], "model": "mixer"})
+    rec, _ = runner.run()
+    assert rec["status"] == "ok", rec["error"]
+    assert all(k.split(".")[2] in ("mlp_tokens", "mlp_channels") for j in runner.am.layer_keys
+               for k in runner.am.layer_keys[j])
+    assert len(runner.am.layer_keys[0]) == 4  # A and B of two fc2s
