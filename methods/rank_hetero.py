@@ -26,7 +26,6 @@ that evaluation only (``AdapterModel.base_overlay``).
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence
@@ -38,8 +37,6 @@ from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, ClientUpdate, Method, MethodConfig, MethodState, weighted_mean_by_key
-
-log = logging.getLogger(__name__)
 
 A_SFX, B_SFX = ".lora_A.weight", ".lora_B.weight"
 

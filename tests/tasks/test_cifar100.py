@@ -53,7 +53,8 @@ def write_python_folder(root: Path) -> Path:
 
 def test_save_to_disk_fedavg_two_rounds(tmp_path):
     root = write_save_to_disk(tmp_path / "cifar")
-    run = dict(setting="iid", clients=3, per_round=3, rounds=2, batch_size=16, out=str(tmp_path / "out"))
+    run = dict(setting="iid", clients=3, per_round=3, rounds=2, batch_size=16, measure_flops=False,
+               out=str(tmp_path / "out"))
     rec, _ = LocalRunner("fedavg", "cifar100", run, task_config=dict(data_dir=str(root), model="vit_tiny_test",
                                                                           img_size=16)).run()
     assert rec["status"] == "ok", rec["error"]

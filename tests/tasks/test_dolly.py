@@ -53,11 +53,13 @@ def test_fedavg_two_rounds_reports_rouge_l(tmp_path):
     assert res["metric_name"] == "rouge_l" and 0.0 <= res["final"] <= 1.0
     assert res["extra"]["n_eval"] == round(0.1 * 64)  # the held-out share of 64 rows (< eval_max_examples)
     assert rec["cost"]["traffic_mb_per_client_round"]["up"] > 0
+    assert rec["cost"]["tflops_per_step"]["mean"] > 0  # the LM step is measured like any other
 
 
 def test_category_skew_uses_the_eight_dolly_categories(tmp_path):
     root = write_dolly(tmp_path / "dolly")
-    run = dict(setting="3/1.0", clients=5, per_round=2, rounds=1, batch_size=8, out=str(tmp_path / "out"))
+    run = dict(setting="3/1.0", clients=5, per_round=2, rounds=1, batch_size=8, max_steps=2, measure_flops=False,
+               out=str(tmp_path / "out"))
     runner = LocalRunner("fedavg", "dolly", run, task_config=dict(data_dir=str(root), model="tiny-llama",
                                                                        seq_len=48, max_new_tokens=4,
                                                                        eval_max_examples=4))

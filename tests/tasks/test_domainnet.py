@@ -82,11 +82,14 @@ def test_fedra_domain_setting_reports_per_domain_accuracy(tmp_path):
     assert set(res["per_domain"]) == set(DOMAINS)
     assert res["extra"]["domain_mean"] == pytest.approx(np.mean(list(res["per_domain"].values())))
     assert rec["run"]["n_clients"] == 3
+    by_tier = rec["cost"]["tflops_per_step"]["by_tier"]  # tiers = capacities 6 < 8 < 12 blocks
+    assert by_tier["0"]["mean"] < by_tier["1"]["mean"] < by_tier["2"]["mean"]
 
 
 def test_fedavg_domain_dirichlet_setting(tmp_path):
     root = write_domainnet(tmp_path / "data", per_class=8)
-    run = dict(setting="domain+dir(0.5)x2", rounds=1, per_round=3, batch_size=8, out=str(tmp_path / "out"))
+    run = dict(setting="domain+dir(0.5)x2", rounds=1, per_round=3, batch_size=8, measure_flops=False,
+               out=str(tmp_path / "out"))
     rec, _ = LocalRunner("fedavg", "domainnet", run, task_config=dict(data_dir=str(root), model="mixer_tiny_test",
                                                                            img_size=16)).run()
     assert rec["status"] == "ok", rec["error"]

@@ -12,7 +12,7 @@ from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.runners.local import LocalRunner
 from fedbench.tasks.base import classification_result
-from fedbench.tasks.ledgar import Ledgar, LedgarConfig
+from fedbench.tasks.ledgar import Ledgar, LedgarConfig, read_ledgar
 
 LICENSES = Path(__file__).resolve().parents[3] / "shared" / "data" / "licenses"
 LABELS = ["governing_law", "severability", "notices", "waivers"]
@@ -39,7 +39,8 @@ def write_ledgar(root: Path, n_train: int = 48, n_test: int = 16, fmt: str = "js
 
 def test_jsonl_fedavg_two_rounds_macro_f1(tmp_path):
     root = write_ledgar(tmp_path / "ledgar")
-    run = dict(setting="iid", clients=3, per_round=3, rounds=2, batch_size=8, lr=3e-3, out=str(tmp_path / "out"))
+    run = dict(setting="iid", clients=3, per_round=3, rounds=2, batch_size=8, lr=3e-3, measure_flops=False,
+               out=str(tmp_path / "out"))
     rec, _ = LocalRunner("fedavg", "ledgar", run, task_config=dict(data_dir=str(root), model="tiny-bert",
                                                                         seq_len=24)).run()
     assert rec["status"] == "ok", rec["error"]
@@ -50,7 +51,8 @@ def test_jsonl_fedavg_two_rounds_macro_f1(tmp_path):
 
 def test_label_skew_setting_over_labels(tmp_path):
     root = write_ledgar(tmp_path / "ledgar")
-    run = dict(setting="2/1.0", clients=4, per_round=2, rounds=1, batch_size=8, out=str(tmp_path / "out"))
+    run = dict(setting="2/1.0", clients=4, per_round=2, rounds=1, batch_size=8, measure_flops=False,
+               out=str(tmp_path / "out"))
     rec, _ = LocalRunner("fedra", "ledgar", run, method_config={"lora_targets": "qv"},
                          task_config=dict(data_dir=str(root), model="tiny-bert", seq_len=24)).run()
     assert rec["status"] == "ok", rec["error"]
@@ -110,10 +112,13 @@ needs_licenses = pytest.mark.skipif(not LICENSES.is_dir(), reason="../shared/dat
 
 @needs_licenses
 def test_licenses_through_the_loader():
-    data = Ledgar(LedgarConfig(data_dir=str(LICENSES), model="tiny-bert", seq_len=16)).load()
-    assert (len(data.train), len(data.test), data.n_classes) == (3385, 422, 23)  # README counts
-    assert data.info["label_names"][18] == "mit"
-    assert np.bincount(data.train_labels).tolist()[4] == 320
+    train, test, names = read_ledgar(LedgarConfig(data_dir=str(LICENSES)))
+    assert (len(train), len(test), len(names)) == (3385, 422, 23)  # README counts
+    assert names[18] == "mit"
+    assert np.bincount([r["label"] for r in train]).tolist()[4] == 320
+    data = Ledgar(LedgarConfig(data_dir=str(LICENSES), model="tiny-bert", seq_len=16, tiny_vocab=500,
+                               max_train_examples=300)).load()
+    assert (len(data.train), len(data.test), data.n_classes) == (300, 422, 23)
 
 
 @needs_licenses

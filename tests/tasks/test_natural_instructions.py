@@ -36,7 +36,7 @@ def write_ni(root: Path, hf_names: bool = False) -> Path:
 def test_task_skew_rounds_report_rouge_l(tmp_path):
     root = write_ni(tmp_path / "ni")
     run = dict(setting="2/1.0", clients=4, per_round=2, rounds=2, batch_size=8, max_steps=2, lr=3e-3,
-               out=str(tmp_path / "out"))
+               measure_flops=False, out=str(tmp_path / "out"))
     tc = dict(data_dir=str(root), model="tiny-llama", seq_len=48, max_new_tokens=8)
     runner = LocalRunner("fedavg", "natural_instructions", run, task_config=tc)
     rec, _ = runner.run()
