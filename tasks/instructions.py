@@ -25,6 +25,11 @@ set built from WordNet (see its README).
 
 Real LMs train LoRA only (no head modules); ``tiny-llama`` (random init, word-level
 tokenizer from the training texts) is for tests.
+
+Run defaults follow the paper (AdamW, batch 1), so a default round is one step per
+training example; CPU smoke runs want e.g. ``--batch-size 8 --max-steps 20``. On a GPU,
+``task.bf16=true`` and ``task.gradient_checkpointing=true`` cut memory (both are ignored
+without CUDA).
 """
 
 from __future__ import annotations
