@@ -23,8 +23,10 @@ of ``test_fraction`` is made, identical examples kept on one side), or a ``save_
 folder; else the HF dataset ``hf_id``. ``../shared/data/instructions`` is a Dolly-format
 set built from WordNet (see its README).
 
-Real LMs train LoRA only (no head modules); ``tiny-llama`` (random init, word-level
-tokenizer from the training texts) is for tests.
+Real LMs train LoRA only (no head modules, as in the papers); ``tiny-llama`` (random
+init, word-level tokenizer from the training texts, for tests and smoke runs) also trains
+its output layer, without which a random model cannot learn to emit words
+(``train_lm_head``).
 
 Run defaults follow the paper (AdamW, batch 1), so a default round is one step per
 training example; CPU smoke runs want e.g. ``--batch-size 8 --max-steps 20``. On a GPU,
@@ -62,6 +64,7 @@ from fedbench.tasks.models import (
     load_tokenizer,
     on_cuda_only,
     read_local_splits,
+    read_records,
     resolve_hf,
     tiny_lm,
     word_tokenizer,
@@ -92,6 +95,8 @@ class InstructionConfig(TaskConfig):
     max_train_examples: int | None = cfg_field(None, "seeded subsample of the training set (None = all)")
     max_per_category: int | None = cfg_field(None, "at most this many training examples per category/task")
     tiny_vocab: int = cfg_field(8000, "vocabulary of the word-level tokenizer built for tiny-llama")
+    train_lm_head: bool | None = cfg_field(None, "also train and average the output layer (lm_head); None = only "
+                                                 "for the random-init tiny-llama (the papers train LoRA only)")
     gradient_checkpointing: bool = cfg_field(False, "activation checkpointing (applied only with CUDA)")
     bf16: bool = cfg_field(False, "bfloat16 autocast in forward/backward/generation (applied only on CUDA tensors)")
 
@@ -167,8 +172,6 @@ class InstructionTask(Task):
         if self.config.data_dir:
             root = Path(self.config.data_dir).expanduser()
             if root.is_file():
-                from fedbench.tasks.models import read_records
-
                 return {"all": read_records(root)}
             if not root.is_dir():
                 raise self.missing(f"--data-dir {root} is not a folder")
@@ -310,7 +313,10 @@ class InstructionTask(Task):
         if on_cuda_only(c.gradient_checkpointing, "gradient_checkpointing"):
             enable_gradient_checkpointing(model)
         self.blocks_path, self.n_layers = blocks, block_count(model, blocks)
-        return ModelBundle(model, blocks, targets, [], default_target="qv")
+        train_head = c.model == TINY_LM if c.train_lm_head is None else c.train_lm_head
+        if train_head and model.config.tie_word_embeddings:
+            raise UserError("train_lm_head=true needs an untied output layer; this model ties it to the embeddings")
+        return ModelBundle(model, blocks, targets, ["lm_head"] if train_head else [], default_target="qv")
 
     def autocast(self, t: torch.Tensor):
         if self.config.bf16 and t.is_cuda:

@@ -82,6 +82,13 @@ def test_holdout_keeps_duplicates_together_and_is_seeded(tmp_path):
     assert [e.response for e in again] == [e.response for e in test]
 
 
+def test_data_dir_may_name_the_jsonl_file_itself(tmp_path):
+    root = write_dolly(tmp_path / "d")
+    a = task(root).read_examples()
+    b = task(root / "databricks-dolly-15k.jsonl").read_examples()
+    assert a == b and len(a[0]) + len(a[1]) == 64
+
+
 def test_labels_masked_on_the_prompt(tmp_path):
     t = task(write_dolly(tmp_path / "d"), seq_len=64)
     data = t.load()
@@ -113,11 +120,21 @@ def test_long_prompts_are_cut_from_the_left_keeping_bos(tmp_path):
     assert int(b["prompt_mask"][0].sum()) == 32 - n_resp
 
 
-def test_real_lms_train_lora_only(tmp_path):
-    t = task(write_dolly(tmp_path / "d"))
-    bundle = t.build_model()
+def test_lora_only_like_real_lms(tmp_path):
+    """Real LMs have no head modules: only LoRA tensors travel (train_lm_head=false)."""
+    root = write_dolly(tmp_path / "d")
+    bundle = task(root, train_lm_head=False).build_model()
     assert bundle.head_modules == [] and bundle.n_layers == 12
     assert bundle.layer_map("fedra")[2] == ["model.layers.2.self_attn.o_proj", "model.layers.2.mlp.down_proj"]
+    assert task(root).build_model().head_modules == ["lm_head"]  # the random-init stand-in trains its read-out
+    run = dict(setting="iid", clients=2, per_round=2, rounds=1, batch_size=8, max_steps=1, measure_flops=False,
+               out=str(tmp_path / "out"))
+    tc = dict(data_dir=str(root), model="tiny-llama", seq_len=48, max_new_tokens=4, eval_max_examples=4,
+              train_lm_head=False)
+    runner = LocalRunner("fedavg", "dolly", run, task_config=tc)
+    rec, _ = runner.run()
+    assert rec["status"] == "ok", rec["error"]
+    assert runner.ctx.head_keys == [] and all(".lora_" in k for k in runner.ctx.all_keys)
 
 
 def test_missing_data(tmp_path):
