@@ -439,7 +439,7 @@ def tiny_lm(vocab_size: int, max_len: int, pad_id: int, bos_id: int, eos_id: int
 
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=12,
                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=max(64, max_len),
-                      tie_word_embeddings=False, initializer_range=0.1, pad_token_id=pad_id, bos_token_id=bos_id,
+                      tie_word_embeddings=False, initializer_range=0.02, pad_token_id=pad_id, bos_token_id=bos_id,
                       eos_token_id=eos_id)
     with fixed_init(0):
         return LlamaForCausalLM(cfg)
