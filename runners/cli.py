@@ -42,6 +42,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, help="local learning rate")
     p.add_argument("--seed", type=int, help="seed")
     p.add_argument("--device", help="auto (CUDA if present), cpu, cuda, cuda:N")
+    p.add_argument("--eval-initial", action="store_true", default=None,
+                   help="also evaluate the model before round 1 (the un-tuned baseline) into the record")
     p.add_argument("--data-dir", help="local data directory for the task (offline path)")
     p.add_argument("--model", help="model: alias, HF id, timm name or local path")
     p.add_argument("--config", help="YAML file with sections run / method / task")
@@ -52,7 +54,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 RUN_FLAGS = ("setting", "roc", "capacities", "dynamic", "clients", "per_round", "rounds", "local_epochs",
-             "max_steps", "batch_size", "optimizer", "lr", "seed", "device", "out")
+             "max_steps", "batch_size", "optimizer", "lr", "seed", "device", "eval_initial", "out")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,6 +163,8 @@ def summary_line(rec: dict, path: Path) -> str:
     if rec["status"] != "ok":
         return f"{head}: {rec['status'].upper()} after {run['rounds_completed']}/{run['rounds']} rounds: {rec['error']} -> {path}"
     best = f"best {f(res['best'], '.4f')} @ r{res['best_round']}" if res["best"] is not None else ""
+    if res.get("initial"):
+        best += f", initial {f(res['initial']['metric'], '.4f')}"
     return (f"{head}: {res['metric_name']} {f(res['final'], '.4f')} ({best}) | "
             f"{f(cost['tflops_per_step']['mean'], '.3g')} TFLOPs/step | {f(cost['peak_mem_gb']['mean'], '.3g')} GB "
             f"({cost['peak_mem_source']}) | {f(cost['traffic_mb_per_client_round']['total'], '.3g')} MB/client-round | "

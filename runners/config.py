@@ -11,7 +11,9 @@ from fedbench.config import cfg_field
 @dataclass(frozen=True)
 class RunConfig:
     setting: str = cfg_field("iid", "data split: iid, dir(a), k/a, k/-, domain, domain+dir(a)xm, k/Dd")
-    clients: int = cfg_field(10, "number of clients (domain settings derive it from the data)")
+    clients: int | None = cfg_field(None, "number of clients (None = the task's default: the papers' 100 for "
+                                          "classification, 50 for instruction tuning, 10 for tiny tasks; domain "
+                                          "settings derive it from the data)")
     per_round: int | None = cfg_field(None, "clients sampled uniformly per round (None = min(10, clients))")
     rounds: int = cfg_field(5, "communication rounds")
     local_epochs: int = cfg_field(1, "local epochs per round")
@@ -30,13 +32,15 @@ class RunConfig:
     seed: int = cfg_field(0, "seed of the partition, sampling, allocation and initialisation")
     device: str = cfg_field("auto", "auto (CUDA if present), cpu, cuda, cuda:1, ...")
     eval_every: int = cfg_field(1, "evaluate the global model every this many rounds (and at the end)")
+    eval_initial: bool = cfg_field(False, "also evaluate the model before round 1 (pretrained backbone, fresh "
+                                          "adapters and head) into results.initial")
     measure_flops: bool = cfg_field(True, "measure FLOPs/memory on the first step of every client-round")
     out: str = cfg_field("results", "directory of result records")
     runner: Literal["local"] = cfg_field("local", "runner: local (in-process simulation)")
 
     def __post_init__(self) -> None:
         for name in ("clients", "rounds", "local_epochs", "eval_every"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.per_round is not None and self.per_round < 1:
             raise ValueError("per_round must be >= 1")

@@ -105,6 +105,8 @@ def env_info(device: torch.device) -> dict[str, Any]:
 def run_identity(method: str, method_cfg: dict, task: str, task_cfg: dict, run_cfg: dict) -> str:
     """Hash of the resolved config + seed + code version (output location excluded)."""
     run_cfg = {k: v for k, v in run_cfg.items() if k not in ("out",)}
+    if not run_cfg.get("eval_initial", True):
+        del run_cfg["eval_initial"]  # added after schema v1: absent at its default so earlier run ids still match
     blob = json.dumps({"method": method, "method_config": method_cfg, "task": task, "task_config": task_cfg,
                        "run": run_cfg, "version": fedbench.__version__}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -132,6 +134,7 @@ class LocalRunner:
         self.device = resolve_device(self.run_cfg.device)
         defaults = getattr(self.task, "run_defaults", {})
         r = self.run_cfg
+        self.clients = r.clients if r.clients is not None else defaults.get("clients", 10)
         self.train = TrainSettings(
             local_epochs=r.local_epochs,
             batch_size=r.batch_size or defaults.get("batch_size", 32),
@@ -151,7 +154,8 @@ class LocalRunner:
 
     def _resolved_run(self) -> dict[str, Any]:
         d = config_to_dict(self.run_cfg)
-        d.update(batch_size=self.train.batch_size, optimizer=self.train.optimizer, lr=self.train.lr)
+        d.update(clients=self.clients, batch_size=self.train.batch_size, optimizer=self.train.optimizer,
+                 lr=self.train.lr)
         return d
 
     def setup(self) -> None:
@@ -163,7 +167,7 @@ class LocalRunner:
         n_domains = None if self.data.domain_names is None else len(self.data.domain_names)
         if self.setting.needs_domains and self.data.train_domains is None:
             raise UserError(f"setting {self.setting.raw!r} needs a task with domains; {self.task_key!r} has none")
-        self.n_clients = n_clients_for(self.setting, r.clients, n_domains)
+        self.n_clients = n_clients_for(self.setting, self.clients, n_domains)
         self.per_round = min(self.n_clients, r.per_round or min(10, self.n_clients))
         if r.per_round is not None and r.per_round > self.n_clients:
             raise UserError(f"--per-round {r.per_round} > number of clients {self.n_clients}")
@@ -210,6 +214,8 @@ class LocalRunner:
         try:
             self.setup()
             state = self.method.init_state(self.am.read(self.am.all_keys))
+            if self.run_cfg.eval_initial:
+                self.initial_eval = self.evaluate(state)
             self.callbacks.on_start(self.run_cfg.rounds)
             for rnd in range(1, self.run_cfg.rounds + 1):
                 state = self._round(rnd, state)
@@ -309,7 +315,7 @@ class LocalRunner:
             run_id=self.run_id(),
             method=self.method_key, method_config=mcfg, task=self.task_key, task_config=tcfg,
             setting=self.setting.raw, roc=r.roc, capacities=list(r.capacities) if r.capacities else None,
-            dynamic=r.dynamic, n_clients=getattr(self, "n_clients", r.clients),
+            dynamic=r.dynamic, n_clients=getattr(self, "n_clients", self.clients),
             clients_per_round=getattr(self, "per_round", r.per_round or 0), rounds=r.rounds,
             rounds_completed=len(self.logs), local_epochs=r.local_epochs, batch_size=self.train.batch_size,
             optimizer=self.train.optimizer, lr=self.train.lr, seed=r.seed, device=str(self.device), runner=r.runner,
@@ -338,8 +344,15 @@ class LocalRunner:
             "metric_name": last.metric_name if last else getattr(self.task, "metric_name", "top1"),
             "final": last.value if last else None, "best": best[0], "best_round": best[1],
             "per_domain": last.per_domain if last else None, "extra": dict(last.extra) if last else {},
-            "curve": curve,
+            "curve": curve, "initial": self._initial(),
         }
+
+    def _initial(self) -> dict | None:
+        """Evaluation before round 1 (``run.eval_initial``): the un-tuned baseline."""
+        init = getattr(self, "initial_eval", None)
+        if init is None:
+            return None
+        return {"metric": init.value, "per_domain": init.per_domain, "extra": dict(init.extra)}
 
     def _costs(self, seconds_total: float) -> dict:
         trained = [c for _, c in self.costs if c.steps > 0]

@@ -6,6 +6,7 @@ A record is the only thing leaderboards and plots read. Its shape (see
     schema_version, status ("ok" | "failed" | "cancelled"), error
     run      what ran: method, task, setting, resource tiers, seed, code version, ...
     results  quality: metric_name, final, best, best_round, per_domain, extra, curve
+             (+ optional ``initial``: the model evaluated before round 1, or null)
     cost     tflops_per_step, peak_mem_gb, accounted_mem_gb, traffic, seconds
     env      package versions and GPU name
 
@@ -100,6 +101,8 @@ _MEAN_MAX_BY_TIER = _Obj({
     "max": NUM_N,
     "by_tier": _MapOf(_Obj({"mean": NUM, "max": NUM})),
 })
+
+_INITIAL = _Obj({"metric": NUM_N, "per_domain": _MapOf(NUM, nullable=True), "extra": DICT})
 
 _SCHEMA = _Obj({
     "schema_version": INT,
@@ -302,6 +305,8 @@ def validate_record(rec: dict) -> None:
         if cur <= prev:
             raise RecordError(
                 f"results.curve[{i}].round: rounds must be strictly increasing, got {cur} after {prev}")
+    if rec["results"].get("initial") is not None:  # optional: written by runs with run.eval_initial
+        _check(rec["results"]["initial"], _INITIAL, "results.initial")
 
     if status == "ok":
         for section in ("results", "cost"):

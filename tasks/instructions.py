@@ -152,8 +152,8 @@ class InstructionTask(Task):
     context_label = "Context"
     layout_hint = ""
     categories: tuple[str, ...] = ()  # fixed category order (others: sorted names)
-    # Fed-HeLLo: AdamW, batch 1 (no learning rate given; 1e-4 is ours)
-    run_defaults = {"optimizer": "adamw", "lr": 1e-4, "batch_size": 1}
+    # Fed-HeLLo: AdamW, batch 1, 50 clients (no learning rate given; 1e-4 is ours)
+    run_defaults = {"optimizer": "adamw", "lr": 1e-4, "batch_size": 1, "clients": 50}
 
     # ---------------------------------------------------------------- data
     def missing(self, why: str) -> UserError:

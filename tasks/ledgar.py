@@ -146,8 +146,8 @@ def trim(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
 class Ledgar(ClassificationTask):
     config_cls = LedgarConfig
     metric_name = "macro_f1"
-    # Fed-HeLLo: AdamW, batch 128 (the paper gives no learning rate; 1e-3 for LoRA + head is ours)
-    run_defaults = {"optimizer": "adamw", "lr": 1e-3, "batch_size": 128}
+    # Fed-HeLLo: AdamW, batch 128, 100 clients (the paper gives no learning rate; 1e-3 for LoRA + head is ours)
+    run_defaults = {"optimizer": "adamw", "lr": 1e-3, "batch_size": 128, "clients": 100}
     n_classes: int | None = None
 
     def tokenizer(self, train_texts: list[str] | None = None):

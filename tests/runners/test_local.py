@@ -104,3 +104,39 @@ def test_capacities_cycle_and_dynamic_redraws():
 def test_setting_needing_domains_on_task_without_domains(tmp_path):
     with pytest.raises(UserError, match="needs a task with domains"):
         _runner(tmp_path, setting="domain").run()
+
+
+def test_eval_initial_scores_the_untrained_model(tmp_path):
+    """run.eval_initial evaluates before round 1: the same score a fresh model gets, not the trained one."""
+    r = _runner(tmp_path, rounds=2, eval_initial=True)
+    rec, path = r.run()
+    assert rec["status"] == "ok"
+    init = rec["results"]["initial"]
+    fresh = _runner(tmp_path / "fresh", rounds=2)
+    fresh.setup()
+    expected = fresh.evaluate(fresh.method.init_state(fresh.am.read(fresh.am.all_keys))).value
+    assert init["metric"] == pytest.approx(expected)
+    assert init["metric"] != pytest.approx(rec["results"]["final"])
+    assert [c["round"] for c in rec["results"]["curve"]] == [1, 2]
+    validate_record(json.loads(path.read_text()))
+
+
+def test_eval_initial_off_keeps_run_id_and_writes_null(tmp_path):
+    from fedbench.config import config_to_dict
+    from fedbench.runners.local import run_identity
+
+    r = _runner(tmp_path)
+    d = config_to_dict(r.method_cfg), config_to_dict(r.task_cfg), r._resolved_run()
+    assert d[2]["eval_initial"] is False
+    legacy = {k: v for k, v in d[2].items() if k != "eval_initial"}  # records written before the field existed
+    assert run_identity("fedavg", d[0], "tiny_text", d[1], d[2]) == run_identity("fedavg", d[0], "tiny_text", d[1], legacy)
+    assert r.run_id() != _runner(tmp_path, eval_initial=True).run_id()
+
+
+@pytest.mark.parametrize("task, given, expected", [
+    ("ledgar", None, 100), ("cifar100", None, 100), ("dolly", None, 50), ("tiny_text", None, 10), ("ledgar", 7, 7),
+])
+def test_clients_default_to_the_tasks_paper_setting(tmp_path, task, given, expected):
+    run = {"out": str(tmp_path)} | ({} if given is None else {"clients": given})
+    r = LocalRunner("fedavg", task, run)
+    assert r.clients == expected and r._resolved_run()["clients"] == expected

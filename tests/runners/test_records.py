@@ -182,6 +182,18 @@ def test_extra_keys_are_allowed():
     validate_record(rec)
 
 
+def test_optional_initial_evaluation():
+    rec = full_record()
+    rec["results"]["initial"] = None
+    validate_record(rec)
+    rec["results"]["initial"] = {"metric": 0.1, "per_domain": None, "extra": {}}
+    validate_record(rec)
+    rec["results"]["initial"] = {"metric": "0.1", "per_domain": None, "extra": {}}
+    _rejects(rec, "results.initial.metric: expected")
+    rec["results"]["initial"] = {"metric": float("nan"), "per_domain": None, "extra": {}}
+    _rejects(rec, "results.initial.metric: non-finite")
+
+
 def test_record_path():
     rec = full_record()
     assert record_path("/r", rec).as_posix() == "/r/tiny_text/fed_hello/abc123.json"
