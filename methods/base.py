@@ -137,8 +137,6 @@ class Method:
     config_cls: type[MethodConfig] = MethodConfig
     #: task kinds this method supports ("classification", "generation")
     task_kinds: tuple[str, ...] = ("classification", "generation")
-    #: examples the server holds out of the test split for its own use (FIM proxy set)
-    proxy_size: int = 0
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config
@@ -152,9 +150,10 @@ class Method:
         return config
 
     @classmethod
-    def proxy_size_for(cls, config: MethodConfig, task_key: str, n_test: int) -> int:
-        """Examples the server holds out of the test split (``n_test`` long) for its own use."""
-        return int(getattr(config, "proxy_size", 0) or cls.proxy_size)
+    def proxy_size_for(cls, config: MethodConfig, n_holdout: int) -> int:
+        """How many of the ``n_holdout`` test examples the runner holds out for the server
+        (``run.server_holdout``) this method's server uses as its proxy set. Default: none."""
+        return 0
 
     # -- hooks ---------------------------------------------------------------------
     def init_state(self, tensors: dict[str, torch.Tensor]) -> MethodState:

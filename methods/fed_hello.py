@@ -55,10 +55,6 @@ log = logging.getLogger(__name__)
 
 Pattern = Literal["bottleneck", "triangle", "inverted", "uniform"]
 
-#: proxy-set sizes of the paper (Sec. IV-A), by task key; other tasks get DEFAULT_PROXY_SIZE
-PAPER_PROXY_SIZES = {"cifar100": 100, "ledgar": 50, "domainnet": 1000,
-                     "natural_instructions": 50, "dolly": 50}
-DEFAULT_PROXY_SIZE = 50
 #: paper defaults by task kind (Sec. IV-A): LoRA rank, T_RGD, T_FIM
 PAPER_LORA_R = {"classification": 16, "generation": 8}
 PAPER_T_RGD_FIM = {"classification": (50, 50), "generation": (1, 2)}
@@ -91,9 +87,8 @@ class FedHelloRGDConfig(FedHelloBaseConfig):
 class FedHelloFIMConfig(FedHelloBaseConfig):
     t_fim: int = cfg_field(1, "recompute FIM scores every T_FIM rounds (FIM-HLA alone: 1)")
     proxy_size: int | None = cfg_field(
-        None, "server proxy examples taken out of the test split; None = the paper's per task "
-        "(cifar100 100, ledgar 50, domainnet 1000, instruction tasks 50), else 50, at most half the test split"
-    )
+        None, "proxy examples for the FIM scores, drawn from the test examples every run holds out for the "
+              "server (run.server_holdout: the paper's per-task sizes); None = all of them")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -338,10 +333,8 @@ class FedHelloFIM(FedHelloBase):
     config_cls = FedHelloFIMConfig
 
     @classmethod
-    def proxy_size_for(cls, config, task_key, n_test):
-        if config.proxy_size:
-            return int(config.proxy_size)
-        return min(PAPER_PROXY_SIZES.get(task_key, DEFAULT_PROXY_SIZE), n_test // 2)
+    def proxy_size_for(cls, config, n_holdout):
+        return int(config.proxy_size) if config.proxy_size else max(n_holdout, 1)  # FIM needs one at least
 
     @property
     def t_rgd(self) -> int:

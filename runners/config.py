@@ -31,6 +31,10 @@ class RunConfig:
     tier_ranks: list[int] = cfg_field([1, 4, 16], "LoRA rank of each tier (rank methods)")
     seed: int = cfg_field(0, "seed of the partition, sampling, allocation and initialisation")
     device: str = cfg_field("auto", "auto (CUDA if present), cpu, cuda, cuda:1, ...")
+    server_holdout: int | None = cfg_field(
+        None, "test examples held out for the server (Fed-HeLLo's FIM proxy set) and never evaluated, in every "
+              "run so every method is scored on the same examples; None = the task's paper size (cifar100 100, "
+              "domainnet/nicopp 1000, others 50) capped at half the test split; 0 = none")
     eval_every: int = cfg_field(1, "evaluate the global model every this many rounds (and at the end)")
     eval_initial: bool = cfg_field(False, "also evaluate the model before round 1 (pretrained backbone, fresh "
                                           "adapters and head) into results.initial")
@@ -42,6 +46,8 @@ class RunConfig:
         for name in ("clients", "rounds", "local_epochs", "eval_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.server_holdout is not None and self.server_holdout < 0:
+            raise ValueError("server_holdout must be >= 0")
         if self.per_round is not None and self.per_round < 1:
             raise ValueError("per_round must be >= 1")
         if self.batch_size is not None and self.batch_size < 1:

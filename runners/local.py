@@ -106,7 +106,7 @@ def run_identity(method: str, method_cfg: dict, task: str, task_cfg: dict, run_c
     """Hash of the resolved config + seed + code version (output location excluded)."""
     run_cfg = {k: v for k, v in run_cfg.items() if k not in ("out",)}
     if not run_cfg.get("eval_initial", True):
-        del run_cfg["eval_initial"]  # added after schema v1: absent at its default so earlier run ids still match
+        del run_cfg["eval_initial"]  # evaluation-only flag: absent at its default, so turning it on is a new run
     blob = json.dumps({"method": method, "method_config": method_cfg, "task": task, "task_config": task_cfg,
                        "run": run_cfg, "version": fedbench.__version__}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -181,12 +181,7 @@ class LocalRunner:
             self.n_clients, bundle.n_layers, roc=r.roc, capacities=r.capacities, dynamic=r.dynamic,
             tier_fractions=list(r.tier_fractions), tier_ranks=list(r.tier_ranks), max_rank=mc.lora_r, seed=r.seed,
         )
-        # the server's proxy set (FIM-HLA) comes out of the test split, never evaluated on
-        self.test, self.test_domains, proxy = self.data.test, self.data.test_domains, None
-        n_proxy = self.method_cls.proxy_size_for(self.method_cfg, self.task_key, len(self.data.test))
-        self.proxy_indices: list[int] = []
-        if n_proxy > 0:
-            proxy, self.test, self.test_domains, self.proxy_indices = self._split_proxy(n_proxy)
+        proxy = self._hold_out()
         self.server = ServerTools(self.am, self.task, proxy, self.device)
         self.ctx = MethodContext(
             n_layers=bundle.n_layers, layer_keys=self.am.layer_keys, head_keys=self.am.head_keys,
@@ -197,14 +192,30 @@ class LocalRunner:
         head = bundle.model.get_submodule(bundle.head_modules[-1]) if bundle.head_modules else None
         self.ctx.extra_keys = self.am.attach_extra(self.method.extra_modules(head))
 
-    def _split_proxy(self, n: int):
+    def _hold_out(self):
+        """Take the server's examples out of the test split, for every method alike.
+
+        ``run.server_holdout`` (default: the task's paper size, at most half the split) test
+        examples, drawn with the run seed, are never evaluated, whether or not the method's
+        server uses them, so every method on a task and seed is scored on the same examples.
+        A method with a proxy set (FIM-HLA) uses the first ``proxy_size_for`` of them.
+        Returns that proxy set, or None."""
         test = self.data.test
-        if n >= len(test):
-            raise UserError(f"proxy set of {n} examples needs a larger test split (has {len(test)})")
-        perm = np.random.default_rng([self.run_cfg.seed, 99]).permutation(len(test))
-        proxy_idx, keep = np.sort(perm[:n]), np.sort(perm[n:])
-        doms = None if self.data.test_domains is None else self.data.test_domains[keep]
-        return _subset(test, proxy_idx), _subset(test, keep), doms, proxy_idx.tolist()
+        n_test, given = len(test), self.run_cfg.server_holdout
+        n_hold = min(self.task.server_holdout, n_test // 2) if given is None else given
+        if n_hold >= n_test:
+            raise UserError(f"run.server_holdout={n_hold} leaves nothing to evaluate (test split: {n_test})")
+        need = self.method_cls.proxy_size_for(self.method_cfg, n_hold)
+        if need > n_hold:
+            raise UserError(f"{self.method_key} needs a proxy set of {need} examples but the server holds out "
+                            f"{n_hold} (set run.server_holdout >= {need})")
+        perm = np.random.default_rng([self.run_cfg.seed, 99]).permutation(n_test)
+        held, keep = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
+        self.holdout_indices: list[int] = held.tolist()
+        self.proxy_indices: list[int] = np.sort(perm[:need]).tolist()
+        self.test = _subset(test, keep) if n_hold else test
+        self.test_domains = None if self.data.test_domains is None else self.data.test_domains[keep]
+        return _subset(test, np.asarray(self.proxy_indices, dtype=np.int64)) if need else None
 
     # ------------------------------------------------------------------ loop
     def run(self) -> tuple[dict, Path]:
@@ -328,7 +339,8 @@ class LocalRunner:
         )
         if r.dynamic:
             rec["run"]["resource_label"] += " dyn"
-        rec["run"]["proxy_indices"] = getattr(self, "proxy_indices", [])
+        rec["run"]["holdout_indices"] = getattr(self, "holdout_indices", [])  # never evaluated, all methods
+        rec["run"]["proxy_indices"] = getattr(self, "proxy_indices", [])  # the subset the server used
         rec["run"]["client_sizes"] = getattr(self, "sizes", [])
         rec["results"].update(self._results())
         rec["cost"].update(self._costs(seconds_total))

@@ -127,6 +127,10 @@ class Task:
     kind: str = "classification"  # or "generation"
     #: tiny tasks run anywhere; real tasks need data/models
     tiny: bool = False
+    #: test examples the server holds out (Fed-HeLLo Sec. IV-A: its FIM proxy set, "excluded
+    #: throughout the entire process"); held out in EVERY run, whatever the method, so all
+    #: methods are scored on the same examples. ``run.server_holdout`` overrides it.
+    server_holdout: int = 50
 
     def __init__(self, config: TaskConfig, seed: int = 0):
         self.config = config

@@ -343,17 +343,18 @@ def test_paper_defaults_resolved_by_task_kind():
     assert (m.config.lora_r, m.config.t_rgd, m.config.t_fim) == (16, 50, 50)
 
 
-def test_proxy_size_per_task():
+def test_proxy_set_is_the_servers_holdout():
+    from fedbench.tasks import TASKS
+
+    # the paper's proxy sizes (Sec. IV-A) are the tasks' server hold-outs
+    sizes = {k: TASKS.get(k).server_holdout for k in ("cifar100", "ledgar", "domainnet", "dolly",
+                                                       "natural_instructions", "tiny_text")}
+    assert sizes == {"cifar100": 100, "ledgar": 50, "domainnet": 1000, "dolly": 50, "natural_instructions": 50,
+                     "tiny_text": 50}
     cls = METHODS.get("fed_hello")
-    cfg = FedHelloConfig()
-    assert cls.proxy_size_for(cfg, "cifar100", 10000) == 100
-    assert cls.proxy_size_for(cfg, "ledgar", 10000) == 50
-    assert cls.proxy_size_for(cfg, "domainnet", 10000) == 1000
-    assert cls.proxy_size_for(cfg, "dolly", 10000) == 50
-    assert cls.proxy_size_for(cfg, "tiny_text", 300) == 50
-    assert cls.proxy_size_for(cfg, "tiny_text", 60) == 30  # leaves at least half the test split
-    assert cls.proxy_size_for(FedHelloConfig(proxy_size=7), "cifar100", 10000) == 7
-    assert METHODS.get("fed_hello_rgd").proxy_size_for(METHODS.get("fed_hello_rgd").config_cls(), "cifar100", 100) == 0
+    assert cls.proxy_size_for(FedHelloConfig(), 100) == 100
+    assert cls.proxy_size_for(FedHelloConfig(proxy_size=7), 100) == 7
+    assert METHODS.get("fed_hello_rgd").proxy_size_for(METHODS.get("fed_hello_rgd").config_cls(), 100) == 0
 
 
 def test_bad_configs_rejected():
@@ -378,7 +379,8 @@ def test_end_to_end_tiny_text_costs_differ_by_tier(tmp_path):
         task_config=dict(depth=4, width=24, n_train=120, n_test=40),
     ).run()
     assert rec["status"] == "ok", rec["error"]
-    assert len(rec["run"]["proxy_indices"]) == 4
+    assert len(rec["run"]["proxy_indices"]) == 4 and len(rec["run"]["holdout_indices"]) == 20  # min(50, 40 // 2)
+    assert set(rec["run"]["proxy_indices"]) <= set(rec["run"]["holdout_indices"])
     assert rec["run"]["method_config"]["lora_r"] == 16
     assert rec["cost"]["server_tflops_total"] > 0 and rec["cost"]["server_seconds_total"] > 0
     flops = rec["cost"]["tflops_per_step"]["by_tier"]

@@ -140,3 +140,29 @@ def test_clients_default_to_the_tasks_paper_setting(tmp_path, task, given, expec
     run = {"out": str(tmp_path)} | ({} if given is None else {"clients": given})
     r = LocalRunner("fedavg", task, run)
     assert r.clients == expected and r._resolved_run()["clients"] == expected
+
+
+def test_every_method_is_scored_on_the_same_test_examples(tmp_path):
+    """The server's hold-out (FIM proxy set) leaves the test split for all methods alike."""
+    seen = {}
+    for method in ("fedavg", "fed_hello_fim", "hetlora"):
+        r = LocalRunner(method, "tiny_text", {**RUN, "rounds": 1, "out": str(tmp_path)},
+                        task_config=SMALL_TASK_CONFIGS["tiny_text"])
+        r.setup()
+        seen[method] = (tuple(r.holdout_indices), len(r.test), len(r.server.proxy or []))
+    n_test = len(r.data.test)
+    assert seen["fedavg"][0] == seen["fed_hello_fim"][0] == seen["hetlora"][0]
+    assert len(seen["fedavg"][0]) == min(50, n_test // 2)
+    assert {v[1] for v in seen.values()} == {n_test - len(seen["fedavg"][0])}
+    assert seen["fedavg"][2] == 0 and seen["fed_hello_fim"][2] == len(seen["fedavg"][0])
+
+
+def test_server_holdout_option(tmp_path):
+    r = _runner(tmp_path, server_holdout=0)
+    r.setup()
+    assert r.holdout_indices == [] and len(r.test) == len(r.data.test)
+    with pytest.raises(UserError, match="needs a proxy set"):
+        LocalRunner("fed_hello_fim", "tiny_text", {**RUN, "server_holdout": 0, "out": str(tmp_path)},
+                    task_config=SMALL_TASK_CONFIGS["tiny_text"]).setup()
+    with pytest.raises(UserError, match="leaves nothing to evaluate"):
+        _runner(tmp_path, server_holdout=10**6).setup()
