@@ -17,11 +17,12 @@ CASES = [
 
 @pytest.mark.parametrize("task,cfg,rounds,floor", CASES, ids=[c[0] for c in CASES])
 def test_fedavg_learns(task, cfg, rounds, floor, tmp_path):
-    rec, _ = LocalRunner("fedavg", task, dict(rounds=rounds, clients=6, per_round=6, out=str(tmp_path)),
-                         task_config=cfg).run()
+    rec, _ = LocalRunner("fedavg", task, dict(rounds=rounds, clients=6, per_round=6, eval_initial=True,
+                                              out=str(tmp_path)), task_config=cfg).run()
     assert rec["status"] == "ok", rec["error"]
     curve = [c["metric"] for c in rec["results"]["curve"]]
     assert curve[-1] > floor, curve
+    assert curve[-1] > rec["results"]["initial"]["metric"] + 0.15, (rec["results"]["initial"], curve)
 
 
 def test_tiny_data_is_fixed_and_domains_differ():
