@@ -164,6 +164,17 @@ class RankMethod(Method):
             plans[p.client] = ClientPlan(p.client, p.tier, layers, rank=r, extra=extra)
         return plans
 
+    def aggregate(self, state, updates):
+        """Average the head (every client trains it), then the method's LoRA merge."""
+        if not updates:
+            return state
+        return self.merge(state, updates, self.head_mean(state, updates))
+
+    def merge(self, state: MethodState, updates: Sequence[ClientUpdate],
+              out: dict[str, torch.Tensor]) -> MethodState:
+        """The new state from ``out`` (the averaged head) and the clients' LoRA factors."""
+        raise NotImplementedError
+
     def head_mean(self, state: MethodState, updates: Sequence[ClientUpdate]) -> dict[str, torch.Tensor]:
         """Example-weighted mean of the head over the clients (methods.md: every client trains it)."""
         heads = [ClientUpdate(u.client, {k: u.tensors[k] for k in self.ctx.head_keys if k in u.tensors},
@@ -258,10 +269,7 @@ class HetLoRA(RankMethod):
         return float(sum(tensors[m + A_SFX][t:rank].norm() * tensors[m + B_SFX][:, t:rank].norm()
                          for m in self.modules))
 
-    def aggregate(self, state, updates):
-        if not updates:
-            return state
-        out = self.head_mean(state, updates)
+    def merge(self, state, updates, out):
         for m in self.modules:
             parts = [(u.tensors[m + A_SFX], u.tensors[m + B_SFX]) for u in updates]
             if self.config.aggregation == "sparsity":
@@ -318,10 +326,7 @@ class FlexLoRA(RankMethod):
             out[m + B_SFX] = state.tensors[m + B_SFX][:, : plan.rank] * rescale  # (d_out, r_i)
         return out | self.head_tensors(state)
 
-    def aggregate(self, state, updates):
-        if not updates:
-            return state
-        out = self.head_mean(state, updates)
+    def merge(self, state, updates, out):
         total = float(sum(u.n_examples for u in updates))
         s_max = self.client_scaling(self.r_max)
         with self.metered():
@@ -388,10 +393,7 @@ class FLoRA(RankMethod):
             out[m + B_SFX] = torch.zeros(d_out, plan.rank, dtype=w.dtype, device=w.device)  # (d_out, r_i)
         return out | self.head_tensors(state)
 
-    def aggregate(self, state, updates):
-        if not updates:
-            return state
-        out = self.head_mean(state, updates)
+    def merge(self, state, updates, out):
         total = float(sum(u.n_examples for u in updates))
         coefs = [(u.n_examples / total) * self.client_scaling(u.plan.rank) for u in updates]
         with self.metered():
