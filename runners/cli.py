@@ -171,7 +171,27 @@ def summary_line(rec: dict, path: Path) -> str:
             f"{f(cost['seconds_per_round'], '.3g')} s/round -> {path}")
 
 
+def _quiet_library_bars() -> None:
+    """--no-progress also silences the weight-loading / GGUF bars of the HF libraries."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ["TQDM_DISABLE"] = "1"  # plain tqdm bars (GGUF conversion); read when tqdm is imported
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+    try:
+        from datasets.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
+    except ImportError:
+        pass
+
+
 def execute(method: str, task: str, run: dict, method_cfg: dict, task_cfg: dict, progress: bool) -> tuple[dict, Path]:
+    if not progress:
+        _quiet_library_bars()  # before the libraries are imported: tqdm reads TQDM_DISABLE then
     from fedbench.runners.local import Callbacks, LocalRunner
 
     bar = _Progress(f"{method}/{task}", progress)

@@ -1,6 +1,7 @@
 """CLI: bad input is one line + exit 2; a run writes a record; the leaderboard shows it."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -79,3 +80,18 @@ def test_yaml_config_and_set_precedence(tmp_path, capsys):
     rec = json.loads(next(out.rglob("*.json")).read_text())
     assert rec["run"]["rounds"] == 1 and rec["run"]["n_clients"] == 3
     assert rec["run"]["method_config"]["lora_r"] == 4 and rec["run"]["task_config"]["n_train"] == 60
+
+
+def test_no_progress_also_quiets_library_bars(monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    from fedbench.runners.cli import _quiet_library_bars
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    try:
+        _quiet_library_bars()
+        assert not hf_logging.is_progress_bar_enabled()  # "Loading weights" bars
+        assert os.environ["TQDM_DISABLE"] == "1"  # plain tqdm bars (GGUF conversion)
+    finally:
+        hf_logging.enable_progress_bar()
