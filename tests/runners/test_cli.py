@@ -87,8 +87,8 @@ def test_no_progress_also_quiets_library_bars(monkeypatch):
 
     from fedbench.runners.cli import _quiet_library_bars
 
-    monkeypatch.delenv("TQDM_DISABLE", raising=False)
-    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.setenv("TQDM_DISABLE", "0")  # setenv records the old state, so teardown restores it
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
     try:
         _quiet_library_bars()
         assert not hf_logging.is_progress_bar_enabled()  # "Loading weights" bars
