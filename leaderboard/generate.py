@@ -191,6 +191,17 @@ def _warn_duplicate_seeds(task: str, metric: str, groups: dict, what: str) -> No
                         task, metric, rk[0], rk[1], f"{what} {col}", dup)
 
 
+def _mixed_test_sets(recs: list[dict]) -> list[str]:
+    """``setting seed N`` for each setting/seed whose runs held out different test examples
+    (``run.holdout_indices``; records written before that key existed are not compared)."""
+    held: dict = defaultdict(set)
+    for r in recs:
+        idx = r["run"].get("holdout_indices")
+        if isinstance(idx, list):
+            held[(r["run"]["setting"], r["run"]["seed"])].add(tuple(idx))
+    return [f"{_esc(setting)} seed {seed}" for (setting, seed), sets in sorted(held.items()) if len(sets) > 1]
+
+
 def _metric_section(task: str, metric: str, recs: list[dict], heading_level: int) -> tuple[list[str], bool]:
     fmt = _Fmt(metric)
     row_keys = sorted({_row_key(r) for r in recs})
@@ -296,6 +307,11 @@ def render_task(task: str, records: list[dict]) -> str:
             "client step; MB/round = traffic down + up per client per round; s/round = wall seconds "
             "per round.",
         ]
+    mixed = _mixed_test_sets(ok)
+    if mixed:
+        log.warning("%s: runs scored on different held-out test examples: %s", task, "; ".join(mixed))
+        notes.append("Not strictly comparable: some runs with the same setting and seed were scored on "
+                     "different test examples (different `run.server_holdout`): " + "; ".join(mixed) + ".")
     if skipped:
         n = sum(skipped.values())
         parts = ", ".join(f"{skipped[s]} {s}" for s in sorted(skipped))

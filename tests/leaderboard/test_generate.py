@@ -191,3 +191,14 @@ def test_generate_writes_only_tasks_present(tmp_path):
                                          (123.456, "123.5")])
 def test_tflops_format(value, shown):
     assert table_rows(render_task("t", [make(tflops=value)]))[("fedra", "6:3:1")]["TFLOPs/step"] == shown
+
+
+def test_runs_scored_on_different_test_examples_are_flagged():
+    a, b, c = make("fedavg"), make("fed_hello"), make("fedra", setting="20/1.0")
+    for rec, held in ((a, [1, 2]), (b, [1, 2]), (c, [5])):
+        rec["run"]["holdout_indices"] = held
+    assert "Not strictly comparable" not in render_task("t", [a, b, c])
+    b["run"]["holdout_indices"] = [1, 3]
+    text = render_task("t", [a, b, c])
+    assert "Not strictly comparable" in text and "iid seed 0" in text and "20/1.0" not in text.split("Not strictly")[1]
+    assert table_rows(text)[("fed_hello", "6:3:1")]["iid"]  # still shown
