@@ -161,8 +161,8 @@ def _digests(x: np.ndarray) -> list[str]:
 class Cifar100(VisionTask):
     config_cls = Cifar100Config
     default_profile = "qv"  # Fed-HeLLo: LoRA on query and value
-    run_defaults = {"optimizer": "adamw", "lr": 1e-3, "batch_size": 128, "clients": 100}
-    server_holdout = 100  # Fed-HeLLo's CIFAR-100 proxy set  # Fed-HeLLo: AdamW, batch 128, 100 clients
+    run_defaults = {"optimizer": "adamw", "lr": 1e-3, "batch_size": 128, "clients": 100}  # Fed-HeLLo
+    server_holdout = 100  # Fed-HeLLo's CIFAR-100 proxy set
 
     def load(self) -> TaskData:
         splits, names = read_source(self.config.data_dir, self.config.hf_id)

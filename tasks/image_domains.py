@@ -252,8 +252,9 @@ class DomainImages(VisionTask):
     dataset_name = "images"
     get_hint = ""  # where to download, for the missing-data message
     layout_hint = "<domain>/<class>/<image> (+ optional <domain>_train.txt / <domain>_test.txt)"
+    # FedRA: SGD, lr 0.01; Fed-HeLLo: batch 32, 100 clients (domain settings derive the count from the data)
     run_defaults = {"optimizer": "sgd", "lr": 0.01, "batch_size": 32, "clients": 100}
-    server_holdout = 1000  # Fed-HeLLo's DomainNet proxy set (NICO++ takes the same)  # FedRA: SGD, lr 0.01; Fed-HeLLo: 100 clients
+    server_holdout = 1000  # Fed-HeLLo's DomainNet proxy set (NICO++ takes the same)
 
     def missing(self, why: str) -> UserError:
         return UserError(f"{self.dataset_name}: {why}; download it ({self.get_hint}) into one folder laid out "

@@ -20,10 +20,9 @@ each batch is trimmed to its longest sequence. The classifier reads the [CLS] st
 (BERT fine-tuning) or the mean of the token states for sentence-transformers encoders
 (``minilm-l6``) and random-init models (``pooling='auto'``).
 
-Cost on a CPU: one minilm-l6 step at batch 128 x 128 tokens is about 0.7 TFLOP, so a
-round over the whole training set (the default 10 clients, all sampled) takes a long
-time; the paper's federation (``--clients 100``, 10 per round) trains on a tenth of it
-per round. ``task.bf16`` / ``task.gradient_checkpointing`` apply only with CUDA.
+Cost on a CPU: one minilm-l6 step at batch 128 x 128 tokens is about 0.7 TFLOP. The
+default federation is the paper's (100 clients, 10 per round), so a round trains on about
+a tenth of the training set; ``--clients 10`` (all sampled) makes every round a full pass. ``task.bf16`` / ``task.gradient_checkpointing`` apply only with CUDA.
 """
 
 from __future__ import annotations

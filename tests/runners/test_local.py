@@ -128,9 +128,11 @@ def test_eval_initial_off_keeps_run_id_and_writes_null(tmp_path):
     r = _runner(tmp_path)
     d = config_to_dict(r.method_cfg), config_to_dict(r.task_cfg), r._resolved_run()
     assert d[2]["eval_initial"] is False
-    legacy = {k: v for k, v in d[2].items() if k != "eval_initial"}  # records written before the field existed
-    assert run_identity("fedavg", d[0], "tiny_text", d[1], d[2]) == run_identity("fedavg", d[0], "tiny_text", d[1], legacy)
+    without = {k: v for k, v in d[2].items() if k != "eval_initial"}  # a run config that lacks the flag
+    assert run_identity("fedavg", d[0], "tiny_text", d[1], d[2]) == run_identity("fedavg", d[0], "tiny_text", d[1], without)
     assert r.run_id() != _runner(tmp_path, eval_initial=True).run_id()
+    rec, _ = _runner(tmp_path, rounds=1).run()
+    assert rec["status"] == "ok" and rec["results"]["initial"] is None
 
 
 @pytest.mark.parametrize("task, given, expected", [
