@@ -20,10 +20,11 @@ each batch is trimmed to its longest sequence. The classifier reads the [CLS] st
 (BERT fine-tuning) or the mean of the token states for sentence-transformers encoders
 (``minilm-l6``) and random-init models (``pooling='auto'``).
 
-Cost on a CPU: one minilm-l6 LoRA step at batch 128 x 128 tokens is about 0.7 TFLOP (1.1 with
-every weight trained, measured with FlopCounterMode). The
-default federation is the paper's (100 clients, 10 per round), so a round trains on about
-a tenth of the training set; ``--clients 10`` (all sampled) makes every round a full pass. ``task.bf16`` / ``task.gradient_checkpointing`` apply only with CUDA.
+Cost on a CPU: one minilm-l6 LoRA step at batch 128 x 128 tokens is about 0.7 TFLOP (1.1
+with every weight trained, measured with FlopCounterMode). The default federation is the
+paper's (100 clients, 10 per round), so a round trains on about a tenth of the training
+set; ``--clients 10`` (all sampled) makes every round a full pass. ``task.bf16`` /
+``task.gradient_checkpointing`` apply only with CUDA.
 """
 
 from __future__ import annotations
