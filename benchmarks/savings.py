@@ -20,11 +20,11 @@ import argparse
 import numpy as np
 
 from fedbench.methods.base import ClientPlan
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.runners.train import train_client
 
 
-def client_step(runner: LocalRunner, layers, blocks=None):
+def client_step(runner: Experiment, layers, blocks=None):
     """Costs of one client's training on a fixed plan (the meters of a real run)."""
     state = runner.method.init_state(runner.am.read(runner.am.all_keys))
     plan = ClientPlan(0, 0, tuple(layers), blocks=None if blocks is None else tuple(blocks))
@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds for the overhead measurement (c)")
     args = ap.parse_args()
 
-    runner = LocalRunner("fedra", args.task, dict(device=args.device, max_steps=2, out="/tmp/fedbench-bench"))
+    runner = Experiment("fedra", args.task, dict(device=args.device, max_steps=2, out="/tmp/fedbench-bench"))
     runner.setup()
     L = runner.ctx.n_layers
     full = client_step(runner, range(L), blocks=range(L))
@@ -52,7 +52,7 @@ def main() -> None:
     print(f"(a) FedRA {L // 2}-of-{L} blocks {half_blocks}: step FLOPs ratio = "
           f"{fl(half):.4g} / {fl(full):.4g} = {fl(half) / fl(full):.3f}  (target <= 0.6)")
 
-    runner_f = LocalRunner("fedavg", args.task, dict(device=args.device, max_steps=2, out="/tmp/fedbench-bench"))
+    runner_f = Experiment("fedavg", args.task, dict(device=args.device, max_steps=2, out="/tmp/fedbench-bench"))
     runner_f.setup()
     all_l = client_step(runner_f, range(L))
     top = client_step(runner_f, range(L // 2, L))
@@ -62,7 +62,7 @@ def main() -> None:
           f"{top.accounted_bytes / all_l.accounted_bytes:.3f}  (target <= 0.7); breakdown top {top.breakdown}, "
           f"all {all_l.breakdown}")
 
-    rec, _ = LocalRunner("fedavg", args.task, dict(device=args.device, clients=10, per_round=10, rounds=args.rounds,
+    rec, _ = Experiment("fedavg", args.task, dict(device=args.device, clients=10, per_round=10, rounds=args.rounds,
                                                    out="/tmp/fedbench-bench")).run()
     c = rec["cost"]
     print(f"(c) client training time / round time (no eval), 10 clients/round, {args.rounds} rounds = "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -64,6 +64,8 @@ class ClientPlan:
     rank: int | None = None  # LoRA rank it trains; None = the global rank
     train_head: bool = True
     skip: bool = False  # sits out this round: receives and sends nothing, costs nothing
+    lora_alpha: float | None = None  # alpha of its LoRA adapter (rank methods); None = the global alpha
+    arch: str | None = None  # which of the task's architectures its model is (Task.archs); None = the default
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -77,12 +79,22 @@ class ClientPlan:
                 raise ValueError(f"client {self.client}: trains layers {sorted(missing)} outside its blocks")
 
 
+@dataclass(frozen=True)
+class LocalPhase:
+    """One phase of a client's local training: which tensors are trainable and how many
+    epochs (None = the run's ``local_epochs``). ``name`` reaches ``client_loss``."""
+
+    name: str
+    trainable: tuple[str, ...]
+    epochs: int | None = None
+
+
 @dataclass
 class ClientUpdate:
     """What a client sends up, plus bookkeeping that stays in the simulator."""
 
     client: int
-    tensors: dict[str, torch.Tensor]  # exactly what crosses the boundary upwards
+    tensors: dict[str, torch.Tensor]  # exactly what crosses the boundary upwards (parameters and statistics)
     n_examples: int
     plan: ClientPlan
     train_loss: float | None = None
@@ -94,6 +106,20 @@ class MethodState:
 
     tensors: dict[str, torch.Tensor]
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ServerAPI:
+    """Server-side tools a method may use, behind a typed interface (the runner provides
+    the implementation, :class:`fedbench.runners.server.ServerTools`; methods never see
+    the runner's model). Work done inside ``metered()`` is recorded as server cost."""
+
+    def metered(self) -> ContextManager[None]:
+        raise NotImplementedError
+
+    def layer_grad_sq_norms(self, tensors: Mapping[str, torch.Tensor],
+                            layer_keys: Mapping[int, Sequence[str]]) -> dict[int, float]:
+        """Per layer j: mean over the proxy examples of ||grad_{theta_j} loss||^2 (Fed-HeLLo Eq. 4)."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -112,7 +138,7 @@ class MethodContext:
     lora_r: int
     lora_alpha: float
     task_kind: str = "classification"
-    server: Any = None
+    server: ServerAPI | None = None
     block_bytes: dict[int, int] = field(default_factory=dict)  # frozen base weights per block
     rounds: int = 0  # communication rounds of the run (for schedules such as DepthFL's w(t))
     extra_keys: list[str] = field(default_factory=list)  # tensors of ``Method.extra_modules``, set by the runner
@@ -126,17 +152,32 @@ class MethodContext:
         return self.keys_for_layers(range(self.n_layers))
 
 
+EXTRA_PREFIX = "fedbench_extra"  # where the runner attaches ``Method.extra_modules`` in a client's model
+
+
+def extra_module(model: torch.nn.Module, name: str) -> torch.nn.Module:
+    """The module ``name`` of ``Method.extra_modules`` inside ``model`` (the client's model
+    or the evaluated global model the hook was given)."""
+    return model.get_submodule(f"{EXTRA_PREFIX}.{name}")
+
+
 class Method:
     """Base class. Subclasses set ``config_cls`` and override the hooks they change.
 
     The defaults implement FedAvg over whatever each client trains: send everything the
     client's forward needs, upload what it trained, average each tensor with example
     weights over the clients that uploaded it; tensors nobody trained keep their value.
+    Every hook the engine calls is declared here with a default; engines never probe a
+    method for attributes or look at its key.
     """
 
     config_cls: type[MethodConfig] = MethodConfig
     #: task kinds this method supports ("classification", "generation")
     task_kinds: tuple[str, ...] = ("classification", "generation")
+    #: how the method is scored: "global" = the global model on the task's test split;
+    #: "local" = every client's own model (private state + the global part) on its own
+    #: local test split (``run.local_split``), averaged over clients (personalised FL)
+    evaluation: ClassVar[Literal["global", "local"]] = "global"
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config
@@ -155,9 +196,22 @@ class Method:
         (``run.server_holdout``) this method's server uses as its proxy set. Default: none."""
         return 0
 
-    # -- hooks ---------------------------------------------------------------------
+    # -- state -----------------------------------------------------------------------
+    def base_weights_needed(self) -> list[str]:
+        """Frozen base tensors of the model that ``init_state`` must also receive (e.g. the
+        pretrained weights FLoRA merges into). Default: none."""
+        return []
+
     def init_state(self, tensors: dict[str, torch.Tensor]) -> MethodState:
+        """The global state from the initial model's adapter/head/extra tensors (plus
+        ``base_weights_needed``)."""
         return MethodState(tensors=dict(tensors))
+
+    # -- round hooks -----------------------------------------------------------------
+    def client_arch(self, client: int) -> str | None:
+        """The task architecture of ``client``'s model (None = the task's default). Plans
+        carry it; local evaluation uses it for clients never sampled."""
+        return None
 
     def plan(
         self, rnd: int, clients: Sequence[ClientProfile], state: MethodState, rng: np.random.Generator
@@ -169,13 +223,51 @@ class Method:
         blocks = range(self.ctx.n_layers) if plan.blocks is None else plan.blocks
         return {k: state.tensors[k] for k in self.ctx.keys_for_layers(blocks)}
 
+    def model_keys(self, plan: ClientPlan) -> list[str]:
+        """What a client's model contains beyond frozen base weights: the tensors its
+        forward uses, which must arrive in its payload or its private state (the engine
+        checks: no hidden channel). Default: the LoRA of its blocks + the head."""
+        blocks = range(self.ctx.n_layers) if plan.blocks is None else plan.blocks
+        return self.ctx.keys_for_layers(blocks, head=True)
+
+    def private_keys(self, plan: ClientPlan) -> list[str]:
+        """Tensors of the client's model that stay on the client between rounds (its
+        private state, kept by the engine's ClientStore; never uploaded). They start from
+        the freshly initialised model of its architecture. Default: none."""
+        return []
+
     def upload_keys(self, plan: ClientPlan) -> list[str]:
-        """Names of the tensors the client sends back: what it trained."""
+        """Names of the model tensors the client sends back: what it trained."""
         return self.ctx.keys_for_layers(plan.train_layers, head=plan.train_head)
+
+    def local_phases(self, plan: ClientPlan) -> tuple[LocalPhase, ...]:
+        """The phases of local training. Default: one phase training the upload keys."""
+        return (LocalPhase("train", tuple(self.upload_keys(plan))),)
 
     def local_loss(self, model: torch.nn.Module, batch: Any, outputs: Any, plan: ClientPlan) -> torch.Tensor | None:
         """Extra loss term added to the task loss on the client (None = nothing)."""
         return None
+
+    def hidden_blocks(self, plan: ClientPlan | None) -> tuple[int, ...]:
+        """Physical blocks whose outputs the method reads: in training for ``plan``, at
+        evaluation for None. The runner captures them into the ``hidden`` dict it passes to
+        ``client_loss`` / ``eval_logits`` ({block: output}, filled during each forward)."""
+        return ()
+
+    def client_loss(self, task: Any, model: torch.nn.Module, batch: Any, plan: ClientPlan,
+                    hidden: Mapping[int, torch.Tensor], phase: str = "train") -> torch.Tensor:
+        """The loss a client minimises in local phase ``phase``. Default: the task's loss
+        plus ``local_loss``."""
+        loss, outputs = task.loss(model, batch)
+        extra = self.local_loss(model, batch, outputs, plan)
+        return loss if extra is None else loss + extra
+
+    def client_statistics(self, task: Any, model: torch.nn.Module, batches: Callable[[], Iterable[Any]],
+                          plan: ClientPlan) -> dict[str, torch.Tensor]:
+        """Tensors that are not parameters, computed on the client after training and
+        uploaded with its parameters (per-class mean logits, prototypes, counts);
+        ``batches()`` iterates over its training data. Counted as traffic. Default: none."""
+        return {}
 
     def aggregate(self, state: MethodState, updates: Sequence[ClientUpdate]) -> MethodState:
         weights = {u.client: float(u.n_examples) for u in updates}
@@ -185,8 +277,21 @@ class Method:
         """Bytes sent down besides the payload tensors (e.g. frozen blocks); default none."""
         return 0
 
+    # -- evaluation ------------------------------------------------------------------
     def eval_blocks(self, state: MethodState) -> tuple[int, ...] | None:
         """Blocks of the global model used at evaluation (None = all)."""
+        return None
+
+    def eval_tensors(self, state: MethodState) -> dict[str, torch.Tensor]:
+        """The tensors loaded into the model that is evaluated (base weights among them,
+        e.g. FlexLoRA's merged W0 + dW, apply to that evaluation only). Default: the state."""
+        return state.tensors
+
+    def eval_logits(self, task: Any, model: torch.nn.Module, batch: Any,
+                    hidden: Mapping[int, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """Classification only: named logits of the evaluated model for one batch (the first
+        entry is the headline metric; every entry is recorded in ``results.extra``).
+        Default None: the task's own forward."""
         return None
 
     # -- optional model extensions (DepthFL's early exits) ----------------------------
@@ -195,32 +300,12 @@ class Method:
 
         ``head`` is the task's classifier (the last of its head modules; None if it has
         none), a template for the shape. The runner attaches the modules under
-        ``fedbench_extra.<name>``: their tensors get canonical names (listed in
+        ``fedbench_extra.<name>`` of every model it builds (reach them with
+        :func:`extra_module`): their tensors get canonical names (listed in
         ``ctx.extra_keys``), are part of the initial state and travel in payloads and
-        uploads like any other tensor. Default: none.
+        uploads like any other tensor. Called under the run's seeded RNG. Default: none.
         """
         return {}
-
-    def hidden_blocks(self, plan: ClientPlan | None) -> tuple[int, ...]:
-        """Physical blocks whose outputs the method reads: in training for ``plan``, at
-        evaluation for None. The runner captures them into the ``hidden`` dict it passes to
-        ``client_loss`` / ``eval_logits`` ({block: output}, filled during each forward)."""
-        return ()
-
-    def client_loss(self, task: Any, model: torch.nn.Module, batch: Any, plan: ClientPlan,
-                    hidden: Mapping[int, torch.Tensor]) -> torch.Tensor:
-        """The loss a client minimises. Default: the task's loss plus ``local_loss``."""
-        loss, outputs = task.loss(model, batch)
-        extra = self.local_loss(model, batch, outputs, plan)
-        return loss if extra is None else loss + extra
-
-    def eval_logits(self, task: Any, model: torch.nn.Module, batch: Any,
-                    hidden: Mapping[int, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-        """Classification only: named logits of the global model for one batch (the first
-        entry is the headline metric; every entry is recorded in ``results.extra``). The
-        runner uses this hook only if a subclass overrides it; the default evaluation is the
-        task's own."""
-        return None
 
     def describe(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config)

@@ -21,7 +21,7 @@ from torch import nn
 from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, extra_module, weighted_mean_by_key
 
 log = logging.getLogger(__name__)
 
@@ -174,14 +174,12 @@ class DepthFL(Method):
         super().__init__(config, ctx)
         L, g = ctx.n_layers, config.group_size
         self.exits = [min((k + 1) * g, L) - 1 for k in range(math.ceil(L / g))]  # block after which classifier k sits
-        self.heads = nn.ModuleDict()
 
     # -- model ---------------------------------------------------------------------
     def extra_modules(self, head):
         if head is None:
             raise UserError("depthfl needs a task with a classifier head")
-        self.heads = nn.ModuleDict({f"exit{k}": fresh_copy(head) for k in range(len(self.exits) - 1)})
-        return dict(self.heads)
+        return {f"exit{k}": fresh_copy(head) for k in range(len(self.exits) - 1)}
 
     def exit_keys(self, k: int) -> list[str]:
         return [key for key in self.ctx.extra_keys if key.split(".")[1] == f"exit{k}"]
@@ -222,11 +220,11 @@ class DepthFL(Method):
 
     def _logits(self, task, model, batch, hidden, ks) -> list[torch.Tensor]:
         final = task.forward(model, batch)  # (B, C); fills ``hidden``
-        out = [self.heads[f"exit{k}"](task.features(model, hidden[self.exits[k]], batch))
+        out = [extra_module(model, f"exit{k}")(task.features(model, hidden[self.exits[k]], batch))
                for k in ks if k < len(self.exits) - 1]
         return out + ([final] if ks[-1] == len(self.exits) - 1 else [])
 
-    def client_loss(self, task, model, batch, plan, hidden):
+    def client_loss(self, task, model, batch, plan, hidden, phase="train"):
         logits = self._logits(task, model, batch, hidden, plan.extra["exits"])
         return depthfl_loss(logits, batch["y"], plan.extra["kd_weight"])
 

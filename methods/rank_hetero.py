@@ -160,8 +160,8 @@ class RankMethod(Method):
         plans = {}
         for p in clients:
             r = self.client_rank(p, state)
-            extra = {} if r == self.r_max else {"lora_alpha": self.client_alpha(r)}
-            plans[p.client] = ClientPlan(p.client, p.tier, layers, rank=r, extra=extra)
+            alpha = None if r == self.r_max else self.client_alpha(r)
+            plans[p.client] = ClientPlan(p.client, p.tier, layers, rank=r, lora_alpha=alpha)
         return plans
 
     def aggregate(self, state, updates):
@@ -189,16 +189,16 @@ class RankMethod(Method):
         server = self.ctx.server
         return server.metered() if server is not None else contextlib.nullcontext()
 
+    def base_weights_needed(self) -> list[str]:
+        """Pretrained weights of the LoRA modules (FlexLoRA's and FLoRA's state holds them)."""
+        return [base_key(m) for m in self.modules]
+
     def read_base(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Pretrained weights of the LoRA modules: from ``tensors`` or the server's model."""
-        keys = [base_key(m) for m in self.modules]
-        missing = [k for k in keys if k not in tensors]
-        got = dict(tensors)
+        """The pretrained weights of the LoRA modules among the initial ``tensors``."""
+        missing = [k for k in self.base_weights_needed() if k not in tensors]
         if missing:
-            if self.ctx.server is None:
-                raise RuntimeError(f"{type(self).__name__} needs the base weights (e.g. {missing[0]})")
-            got.update(self.ctx.server.am.read(missing))
-        return {k: got[k].detach().clone() for k in keys}
+            raise RuntimeError(f"{type(self).__name__}.init_state needs the base weights (e.g. {missing[0]})")
+        return {k: tensors[k].detach().clone() for k in self.base_weights_needed()}
 
 
 # ----------------------------------------------------------------------------- HETLoRA

@@ -23,10 +23,10 @@ from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
+from fedbench.methods.base import EXTRA_PREFIX
 from fedbench.tasks.base import ModelBundle, get_submodule
 
 DEFAULT_ADAPTER = "default"
-EXTRA_PREFIX = "fedbench_extra"  # where Method.extra_modules are attached
 _LORA_RE = re.compile(r"\.(lora_[AB])\.([^.]+)\.")
 
 
@@ -58,7 +58,8 @@ class AdapterModel:
         self.r, self.alpha, self.dropout = r, alpha, dropout
         self.layer_modules = bundle.layer_map(target_profile)
         self._targets = [n for j in sorted(self.layer_modules) for n in self.layer_modules[j]]
-        self._inject(DEFAULT_ADAPTER, r, alpha)
+        if self._targets:  # a model without LoRA targets (e.g. a CNN trained whole) has no adapter
+            self._inject(DEFAULT_ADAPTER, r, alpha)
         self.model.to(device)
         self.device = torch.device(device)
         for p in self.model.parameters():
@@ -224,5 +225,11 @@ class AdapterModel:
             setattr(parent, attr, full)
 
     def n_params_bytes(self) -> int:
-        """Bytes of every parameter currently reachable from the model (after subsetting)."""
-        return tensor_bytes([p for p in self.model.parameters()])
+        """Bytes of the parameters a client's model holds: every parameter reachable from
+        the model (after subsetting) except the LoRA of other adapters than the active one
+        (the simulator keeps one adapter per rank; a client holds only its own)."""
+        return tensor_bytes([p for n, p in self.model.named_parameters() if canonical(n)[1] in (None, self.active)])
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` names a tensor of this model (any adapter)."""
+        return any(k == key for (k, _) in self._params)

@@ -126,31 +126,35 @@ def gather_configs(args) -> tuple[dict, dict, dict]:
     return cfg["run"], cfg["method"], cfg["task"]
 
 
-class _Progress:
-    """tqdm bar over rounds, showing the latest metric and train loss."""
+def _progress(label: str, enabled: bool):
+    """A run callback drawing a tqdm bar over rounds (latest metric and train loss)."""
+    from fedbench.runners.callbacks import Callback
 
-    def __init__(self, label: str, enabled: bool):
-        self.label, self.enabled, self.bar = label, enabled, None
+    class Progress(Callback):
+        def __init__(self):
+            self.bar = None
 
-    def start(self, rounds: int) -> None:
-        if self.enabled:
-            from tqdm.auto import tqdm
+        def on_run_start(self, exp, rounds):
+            if enabled:
+                from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=rounds, desc=self.label, unit="round", leave=True, dynamic_ncols=True)
+                self.bar = tqdm(total=rounds, desc=label, unit="round", leave=True, dynamic_ncols=True)
 
-    def round(self, entry) -> None:
-        if self.bar is not None:
-            post = {}
-            if entry.metric is not None:
-                post["metric"] = f"{entry.metric:.4f}"
-            if entry.train_loss is not None:
-                post["loss"] = f"{entry.train_loss:.3f}"
-            self.bar.set_postfix(post)
-            self.bar.update(1)
+        def on_round_end(self, exp, entry):
+            if self.bar is not None:
+                post = {}
+                if entry.metric is not None:
+                    post["metric"] = f"{entry.metric:.4f}"
+                if entry.train_loss is not None:
+                    post["loss"] = f"{entry.train_loss:.3f}"
+                self.bar.set_postfix(post)
+                self.bar.update(1)
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        def close(self):
+            if self.bar is not None:
+                self.bar.close()
+
+    return Progress()
 
 
 def summary_line(rec: dict, path: Path) -> str:
@@ -192,13 +196,11 @@ def _quiet_library_bars() -> None:
 def execute(method: str, task: str, run: dict, method_cfg: dict, task_cfg: dict, progress: bool) -> tuple[dict, Path]:
     if not progress:
         _quiet_library_bars()  # before the libraries are imported: tqdm reads TQDM_DISABLE then
-    from fedbench.runners.local import Callbacks, LocalRunner
+    from fedbench.runners.experiment import Experiment
 
-    bar = _Progress(f"{method}/{task}", progress)
-    runner = LocalRunner(method, task, run, method_cfg, task_cfg,
-                         callbacks=Callbacks(on_start=bar.start, on_round=bar.round))
+    bar = _progress(f"{method}/{task}", progress)
     try:
-        return runner.run()
+        return Experiment(method, task, run, method_cfg, task_cfg, callbacks=[bar]).run()
     finally:
         bar.close()
 
@@ -245,7 +247,7 @@ def cmd_sweep(args) -> int:
     import yaml
 
     from fedbench.runners import records
-    from fedbench.runners.local import LocalRunner
+    from fedbench.runners.experiment import Experiment
 
     try:
         with open(args.preset) as fh:
@@ -258,7 +260,7 @@ def cmd_sweep(args) -> int:
             r["run"]["out"] = args.out
     done = failed = 0
     for i, r in enumerate(runs, 1):
-        runner = LocalRunner(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
+        runner = Experiment(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
         path = runner.record_path()
         label = f"[{i}/{len(runs)}] {r['method']} {r['run'].get('setting')} {r['run'].get('roc') or r['run'].get('capacities') or ''} seed {r['run']['seed']}"
         if path.exists() and json.loads(path.read_text()).get("status") == "ok":

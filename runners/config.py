@@ -39,8 +39,17 @@ class RunConfig:
     eval_initial: bool = cfg_field(False, "also evaluate the model before round 1 (pretrained backbone, fresh "
                                           "adapters and head) into results.initial")
     measure_flops: bool = cfg_field(True, "measure FLOPs/memory on the first step of every client-round")
+    local_split: str | None = cfg_field(
+        None, "split each client's data into local train:val:test, e.g. 8:1:1 (FedLoRA); None = no split, except "
+              "for locally evaluated (personalised) methods, which get 8:1:1")
+    divergence_factor: float = cfg_field(
+        100.0, "end the run 'failed' when a round's mean training loss exceeds this many times round 1's for two "
+               "rounds in a row (0 = never)")
+    threads: int | None = cfg_field(None, "torch threads of the process (None = 1 for tiny tasks, else the cores "
+                                          "given to the process)")
+    store_memory_mb: float = cfg_field(1024.0, "memory for the clients' private state before it spills to disk")
     out: str = cfg_field("results", "directory of result records")
-    runner: Literal["local"] = cfg_field("local", "runner: local (in-process simulation)")
+    runner: str = cfg_field("local", "engine that runs the clients: local (one process)")
 
     def __post_init__(self) -> None:
         for name in ("clients", "rounds", "local_epochs", "eval_every"):
@@ -54,3 +63,13 @@ class RunConfig:
             raise ValueError("batch_size must be >= 1")
         if self.lr is not None and self.lr <= 0:
             raise ValueError("lr must be > 0")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("threads must be >= 1")
+        if self.divergence_factor < 0:
+            raise ValueError("divergence_factor must be >= 0")
+        if self.local_split is not None:
+            parts = self.local_split.split(":")
+            if len(parts) != 3 or not all(p.strip().isdigit() for p in parts) or int(parts[0]) < 1 \
+                    or int(parts[2]) < 1:
+                raise ValueError(f"local_split must look like 8:1:1 (train:val:test, train and test >= 1), "
+                                 f"got {self.local_split!r}")

@@ -90,6 +90,7 @@ class ClientCost:
     flops_forward_step: float = 0.0  # measured on the first step
     flops_backward_step: float = 0.0
     flops_total: float = 0.0  # measured step scaled by batch size over all steps
+    first_batch: int = 0  # batch size of the measured step
     accounted_bytes: int = 0
     cuda_peak_bytes: int | None = None
     seconds: float = 0.0

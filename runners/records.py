@@ -22,7 +22,9 @@ Conventions the validator enforces beyond "right key, right type":
   ``cost``: a run whose loss went NaN must be recorded as ``"failed"``. Failed and
   cancelled records may carry NaN in memory; :func:`write_record` turns it into ``null``.
 * ``results.curve`` rounds strictly increase; ``run.rounds_completed <= run.rounds``.
-* Keys not in the schema are allowed (ignored) so newer writers stay readable.
+* Reading, keys not in the schema are allowed (ignored) so newer writers stay readable;
+  writing (:func:`write_record`) is strict: a runner cannot write a field the schema
+  does not define.
 
 Only the standard library is imported here: the leaderboard imports this module.
 """
@@ -51,6 +53,7 @@ __all__ = [
     "RecordError",
     "atomic_write_text",
     "empty_record",
+    "get_field",
     "load_records",
     "record_path",
     "validate_record",
@@ -64,12 +67,13 @@ class RecordError(ValueError):
 
 
 # --------------------------------------------------------------------------- schema
-# A spec is one of:
-#   (kind, nullable)      kind in "int", "num", "str", "bool", "dict", "list"
-#   _Obj({key: spec})     a dict with these required keys (extra keys allowed)
-#   _MapOf(spec)          a dict with str keys, every value matching spec
-#   _ListOf(spec)         a list, every item matching spec
-# each of the last three optionally nullable.
+# The one definition of the record. A spec is one of:
+#   (kind, nullable[, default])  kind in "int", "num", "str", "bool", "dict", "list"
+#   _Obj({key: spec})            a dict with these keys (``_Opt(spec)``: may be absent)
+#   _MapOf(spec)                 a dict with str keys, every value matching spec
+#   _ListOf(spec)                a list, every item matching spec
+# each of the last three optionally nullable. The empty record (``empty_record``), the
+# validator (``validate_record``) and the readers (``get_field``) all derive from it.
 
 
 class _Obj:
@@ -90,6 +94,13 @@ class _ListOf:
         self.nullable = nullable
 
 
+class _Opt:
+    """A key that may be absent (written by newer runs; older records lack it)."""
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+
+
 INT, INT_N = ("int", False), ("int", True)
 NUM, NUM_N = ("num", False), ("num", True)
 STR, STR_N = ("str", False), ("str", True)
@@ -102,11 +113,11 @@ _MEAN_MAX_BY_TIER = _Obj({
     "by_tier": _MapOf(_Obj({"mean": NUM, "max": NUM})),
 })
 
-_INITIAL = _Obj({"metric": NUM_N, "per_domain": _MapOf(NUM, nullable=True), "extra": DICT})
+_INITIAL = _Obj({"metric": NUM_N, "per_domain": _MapOf(NUM, nullable=True), "extra": DICT}, nullable=True)
 
 _SCHEMA = _Obj({
-    "schema_version": INT,
-    "status": STR,
+    "schema_version": ("int", False, SCHEMA_VERSION),
+    "status": ("str", False, "failed"),
     "error": STR_N,
     "run": _Obj({
         "run_id": STR,
@@ -114,6 +125,7 @@ _SCHEMA = _Obj({
         "method_config": DICT,
         "task": STR,
         "task_config": DICT,
+        "run_config": _Opt(DICT),  # every resolved RunConfig field (the run id hashes them all)
         "setting": STR,
         "roc": STR_N,
         "capacities": _ListOf(INT, nullable=True),
@@ -136,7 +148,13 @@ _SCHEMA = _Obj({
         "partition_fingerprint": STR_N,
         "client_tiers": _MapOf(INT),
         "tiers": _ListOf(_Obj({"tier": INT, "layers": INT_N, "rank": INT_N, "fraction": NUM_N})),
-        "resource_label": STR,
+        "tier_counts": _Opt(_MapOf(INT)),  # tier -> clients in it
+        "resource_label": ("str", False, "-"),
+        "holdout_indices": _Opt(_ListOf(INT)),  # test examples never evaluated (every method alike)
+        "proxy_indices": _Opt(_ListOf(INT)),  # the subset the server used
+        "client_sizes": _Opt(_ListOf(INT)),
+        "client_archs": _Opt(_MapOf(STR)),  # client -> architecture of its model (per-client models)
+        "sampled_clients": _Opt(_ListOf(_ListOf(INT))),  # per round, the clients sampled
     }),
     "results": _Obj({
         "metric_name": STR,
@@ -146,6 +164,11 @@ _SCHEMA = _Obj({
         "per_domain": _MapOf(NUM, nullable=True),
         "extra": DICT,
         "curve": _ListOf(_Obj({"round": INT, "metric": NUM_N, "train_loss": NUM_N})),
+        "initial": _Opt(_INITIAL),  # the model before round 1 (run.eval_initial), or null
+        "evaluation": _Opt(("str", False, "global")),  # "global" | "local" (mean over clients)
+        "per_client": _Opt(_MapOf(NUM, nullable=True)),  # local evaluation: client -> score
+        "local": _Opt(_Obj({"mean": NUM_N, "std": NUM_N, "min": NUM_N, "median": NUM_N,
+                            "by_arch": _MapOf(NUM)}, nullable=True)),
     }),
     "cost": _Obj({
         "tflops_per_step": _Obj({
@@ -158,7 +181,7 @@ _SCHEMA = _Obj({
         "server_tflops_total": NUM_N,
         "flops_source": STR,
         "peak_mem_gb": _MEAN_MAX_BY_TIER,
-        "peak_mem_source": STR,
+        "peak_mem_source": ("str", False, "accounted"),
         "accounted_mem_gb": _MEAN_MAX_BY_TIER,
         "traffic_mb_per_client_round": _Obj({
             "down": NUM_N,
@@ -171,6 +194,12 @@ _SCHEMA = _Obj({
         "seconds_total": NUM_N,
         "seconds_per_client_step": NUM_N,
         "server_seconds_total": NUM_N,
+        "client_seconds_total": _Opt(NUM_N),
+        "round_seconds_total": _Opt(NUM_N),
+        "eval_seconds_total": _Opt(NUM_N),  # evaluation, outside seconds_per_round
+        "eval_seconds_per_round": _Opt(NUM_N),
+        "meter_measurements": _Opt(INT_N),  # client steps measured by the FLOP/memory meter
+        "meter_reused": _Opt(INT_N),  # client-rounds whose figures reuse a measurement of the same shapes
     }),
     "env": _Obj({
         "python": STR,
@@ -179,6 +208,7 @@ _SCHEMA = _Obj({
         "peft": STR_N,
         "timm": STR_N,
         "gpu": STR,
+        "threads": _Opt(INT_N),  # torch intra-op threads of the run
     }),
 })
 
@@ -217,9 +247,11 @@ def _expect(path: str, desc: str, nullable: bool, value: Any) -> RecordError:
     return RecordError(f"{path}: expected {desc}{' or null' if nullable else ''}, got {_type_name(value)}")
 
 
-def _check(value: Any, spec: Any, path: str) -> None:
+def _check(value: Any, spec: Any, path: str, strict: bool = False) -> None:
+    if isinstance(spec, _Opt):
+        spec = spec.spec
     if isinstance(spec, tuple):
-        kind, nullable = spec
+        kind, nullable = spec[0], spec[1]
         if value is None and nullable:
             return
         if not _is_kind(value, kind):
@@ -231,7 +263,7 @@ def _check(value: Any, spec: Any, path: str) -> None:
         if not isinstance(value, list):
             raise _expect(path, "list", spec.nullable, value)
         for i, item in enumerate(value):
-            _check(item, spec.item, f"{path}[{i}]")
+            _check(item, spec.item, f"{path}[{i}]", strict)
         return
     if not isinstance(value, dict):
         raise _expect(path or "record", "dict", spec.nullable, value)
@@ -239,12 +271,18 @@ def _check(value: Any, spec: Any, path: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise RecordError(f"{path}: expected str keys, got {_type_name(key)} key {key!r}")
-            _check(item, spec.value, _join(path, key))
+            _check(item, spec.value, _join(path, key), strict)
         return
     for key, sub in spec.fields.items():
         if key not in value:
+            if isinstance(sub, _Opt):
+                continue
             raise RecordError(f"{_join(path, key)}: missing required key")
-        _check(value[key], sub, _join(path, key))
+        _check(value[key], sub, _join(path, key), strict)
+    if strict:
+        unknown = sorted(set(value) - set(spec.fields))
+        if unknown:
+            raise RecordError(f"{_join(path, unknown[0])}: not a field of the record schema")
 
 
 def _first_nonfinite(value: Any, path: str) -> tuple[str, float] | None:
@@ -263,7 +301,7 @@ def _first_nonfinite(value: Any, path: str) -> tuple[str, float] | None:
     return None
 
 
-def validate_record(rec: dict) -> None:
+def validate_record(rec: dict, strict: bool = False) -> None:
     """Raise :class:`RecordError` naming the dotted path of the first problem in ``rec``.
 
     Checks, in this order: ``schema_version`` and ``status`` values, then every required
@@ -286,7 +324,7 @@ def validate_record(rec: dict) -> None:
     if status not in STATUSES:
         raise RecordError(f"status: expected one of {', '.join(map(repr, STATUSES))}, got {status!r}")
 
-    _check(rec, _SCHEMA, "")
+    _check(rec, _SCHEMA, "", strict)
 
     source = rec["cost"]["peak_mem_source"]
     if source not in PEAK_MEM_SOURCES:
@@ -305,9 +343,6 @@ def validate_record(rec: dict) -> None:
         if cur <= prev:
             raise RecordError(
                 f"results.curve[{i}].round: rounds must be strictly increasing, got {cur} after {prev}")
-    if rec["results"].get("initial") is not None:  # optional: written by runs with run.eval_initial
-        _check(rec["results"]["initial"], _INITIAL, "results.initial")
-
     if status == "ok":
         for section in ("results", "cost"):
             found = _first_nonfinite(rec[section], section)
@@ -319,44 +354,52 @@ def validate_record(rec: dict) -> None:
 # --------------------------------------------------------------------------- skeleton
 
 
+def _default(spec: Any) -> Any:
+    if isinstance(spec, _Opt):
+        spec = spec.spec
+    if isinstance(spec, tuple):
+        if len(spec) > 2:
+            return spec[2]
+        kind, nullable = spec
+        return None if nullable else {"int": 0, "num": 0.0, "str": "", "bool": False, "dict": {}, "list": []}[kind]
+    if spec.nullable:
+        return None
+    if isinstance(spec, _Obj):
+        return {k: _default(v) for k, v in spec.fields.items()}
+    return {} if isinstance(spec, _MapOf) else []
+
+
 def empty_record() -> dict:
-    """A record with every key present and empty values, status ``"failed"``.
+    """A record with every key of the schema present and empty values, status ``"failed"``.
 
     Strings are ``""``, counts ``0``, flags ``False``, containers empty, nullable fields
-    ``None``; ``peak_mem_source`` defaults to ``"accounted"`` (the device-independent
-    meter every device has). The skeleton passes :func:`validate_record`, so a runner that
-    only fills what it knows can always write a record, even when it fails early.
+    ``None`` (defaults named in the schema: ``peak_mem_source`` ``"accounted"``,
+    ``resource_label`` ``"-"``). The skeleton passes :func:`validate_record`, so a runner
+    that only fills what it knows can always write a record, even when it fails early.
     """
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "status": "failed",
-        "error": None,
-        "run": {
-            "run_id": "", "method": "", "method_config": {}, "task": "", "task_config": {},
-            "setting": "", "roc": None, "capacities": None, "dynamic": False,
-            "n_clients": 0, "clients_per_round": 0, "rounds": 0, "rounds_completed": 0,
-            "local_epochs": 0, "batch_size": 0, "optimizer": "", "lr": 0.0, "seed": 0,
-            "device": "", "runner": "", "created_at": "", "fedbench_version": "",
-            "git_commit": None, "git_dirty": None, "partition_fingerprint": None,
-            "client_tiers": {}, "tiers": [], "resource_label": "-",
-        },
-        "results": {
-            "metric_name": "", "final": None, "best": None, "best_round": None,
-            "per_domain": None, "extra": {}, "curve": [],
-        },
-        "cost": {
-            "tflops_per_step": {"mean": None, "forward_mean": None, "backward_mean": None, "by_tier": {}},
-            "tflops_total": None, "server_tflops_total": None, "flops_source": "",
-            "peak_mem_gb": {"mean": None, "max": None, "by_tier": {}},
-            "peak_mem_source": "accounted",
-            "accounted_mem_gb": {"mean": None, "max": None, "by_tier": {}},
-            "traffic_mb_per_client_round": {"down": None, "up": None, "total": None, "by_tier": {}},
-            "traffic_mb_total": None,
-            "seconds_per_round": None, "seconds_total": None, "seconds_per_client_step": None,
-            "server_seconds_total": None,
-        },
-        "env": {"python": "", "torch": None, "transformers": None, "peft": None, "timm": None, "gpu": ""},
-    }
+    return _default(_SCHEMA)
+
+
+def get_field(rec: dict, dotted: str, default: Any = None) -> Any:
+    """``rec``'s value at ``dotted`` (e.g. ``"cost.peak_mem_gb.mean"``), or ``default``
+    where an optional key is absent. A path that the schema does not define is an error
+    (readers cannot drift from the schema)."""
+    spec, node = _SCHEMA, rec
+    for key in dotted.split("."):
+        if isinstance(spec, _Opt):
+            spec = spec.spec
+        if isinstance(spec, _Obj):
+            if key not in spec.fields:
+                raise KeyError(f"{dotted}: not a field of the record schema")
+            spec = spec.fields[key]
+        elif isinstance(spec, _MapOf):
+            spec = spec.value
+        else:
+            raise KeyError(f"{dotted}: not a field of the record schema")
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node
 
 
 # --------------------------------------------------------------------------- paths & I/O
@@ -448,7 +491,7 @@ def write_record(rec: dict, path: str | os.PathLike) -> Path:
     ``rec`` itself is not modified.
     """
     plain = _to_plain(rec, "")
-    validate_record(plain)
+    validate_record(plain, strict=True)
     text = json.dumps(_nonfinite_to_none(plain), sort_keys=True, indent=2, allow_nan=False) + "\n"
     return atomic_write_text(path, text)
 

@@ -12,12 +12,15 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from fedbench.methods.base import ServerAPI
 from fedbench.runners.adapters import DEFAULT_ADAPTER, AdapterModel
 from fedbench.runners.meters import Stopwatch, count_flops
 from fedbench.tasks.base import Task, iterate_batches, to_device
 
 
-class ServerTools:
+class ServerTools(ServerAPI):
+    """The runner's implementation of :class:`~fedbench.methods.base.ServerAPI`."""
+
     def __init__(self, am: AdapterModel, task: Task, proxy: Any | None, device: torch.device):
         self.am, self.task, self.proxy, self.device = am, task, proxy, device
         self.flops = 0.0

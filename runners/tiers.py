@@ -121,5 +121,9 @@ class TierAssigner:
             for c in range(self.n_clients)
         }
 
+    def counts(self) -> dict[str, int]:
+        """Clients assigned to each tier (static assignment)."""
+        return {str(t.tier): int((self.assignment == t.tier).sum()) for t in self.tiers}
+
     def describe(self) -> list[dict]:
         return [{"tier": t.tier, "layers": t.layers, "rank": t.rank, "fraction": t.fraction} for t in self.tiers]

@@ -1,23 +1,25 @@
 """The one local training loop every method shares.
 
-``train_client`` loads the payload into the shared model, makes exactly the planned
-tensors trainable (real freezing), optionally swaps in the planned subset of blocks,
-runs ``local_epochs`` over the client's examples and returns the tensors it trained.
-The first step is measured (FLOPs forward/backward, accounted memory); the loop's FLOP
-total scales that measurement by each later step's batch size (same shapes otherwise).
+``train_client`` loads a client's tensors (payload + private state) into the model of its
+architecture, runs the method's local phases (each makes exactly its tensors trainable:
+real freezing), optionally on the planned subset of blocks, and returns the tensors to
+upload and the private state to keep. The first step of a client-round is measured
+(FLOPs forward/backward, accounted memory) unless a :class:`MeterCache` already holds the
+figures of the same model shape (architecture, blocks, trainable set, rank, batch shape):
+those are deterministic, so a run measures each distinct combination once. The loop's
+FLOP total scales the step's figures by each later step's batch size.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
-from fedbench.methods.base import ClientPlan, Method
+from fedbench.methods.base import ClientPlan, LocalPhase, Method
 from fedbench.runners.adapters import AdapterModel, DEFAULT_ADAPTER, tensor_bytes
 from fedbench.runners.meters import ClientCost, SavedTensorBytes, Stopwatch, count_flops, optimizer_state_bytes
 from fedbench.tasks.base import Task, iterate_batches, to_device
@@ -36,7 +38,16 @@ class TrainSettings:
     momentum: float
     weight_decay: float
     grad_clip: float | None
-    max_steps: int | None  # cap on steps per client per round (None = full epochs)
+    max_steps: int | None  # cap on steps per client per round and phase (None = full epochs)
+
+
+@dataclass
+class MeterCache:
+    """Measured step figures by model shape, reused within a run (``run.measure_flops``)."""
+
+    figures: dict[tuple, tuple[float, float, int, dict]] = field(default_factory=dict)
+    measured: int = 0
+    reused: int = 0
 
 
 def make_optimizer(params: list[torch.nn.Parameter], s: TrainSettings) -> torch.optim.Optimizer:
@@ -49,13 +60,13 @@ def make_optimizer(params: list[torch.nn.Parameter], s: TrainSettings) -> torch.
 
 def adapter_for(am: AdapterModel, plan: ClientPlan) -> str:
     """Rank-heterogeneous plans train a LoRA adapter of their own rank (same targets)."""
+    alpha = am.alpha if plan.lora_alpha is None else plan.lora_alpha
     if plan.rank is None or plan.rank == am.r:
-        alpha = plan.extra.get("lora_alpha", am.alpha)
         if alpha != am.alpha:
             raise ValueError(f"plan asks for lora_alpha={alpha} at the global rank {am.r}, whose adapter has {am.alpha}")
         return DEFAULT_ADAPTER
     name = f"r{plan.rank}"
-    am.ensure_adapter(name, plan.rank, plan.extra.get("lora_alpha"))
+    am.ensure_adapter(name, plan.rank, alpha)
     return name
 
 
@@ -66,51 +77,85 @@ def train_client(
     dataset: Any,
     indices: np.ndarray,
     plan: ClientPlan,
-    payload: dict[str, torch.Tensor],
-    upload_keys: list[str],
+    tensors: dict[str, torch.Tensor],
     settings: TrainSettings,
     rng: np.random.Generator,
-    measure: bool = True,
-) -> tuple[dict[str, torch.Tensor], ClientCost]:
+    meter: MeterCache | None = None,
+    arch: str = "default",
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], ClientCost]:
+    """One client's local training. ``tensors`` = its payload + private state.
+
+    Returns (upload, private state, cost); the upload holds the trained tensors named by
+    ``method.upload_keys`` and the method's ``client_statistics``.
+    """
     device = am.device
     cost = ClientCost(client=plan.client, tier=plan.tier, n_examples=len(indices))
     adapter = adapter_for(am, plan)
-    trainable = [k for k in upload_keys]
-    with am.use_adapter(adapter), am.base_overlay(payload), am.subset_blocks(plan.blocks), \
+    private_keys = method.private_keys(plan)
+    am.model.zero_grad(set_to_none=True)  # no gradient of an earlier client inflates this one's memory
+    with am.use_adapter(adapter), am.base_overlay(tensors), am.subset_blocks(plan.blocks), \
             am.capture(method.hidden_blocks(plan)) as hidden, Stopwatch(device) as sw:
-        am.load(payload, adapter)
-        params = am.set_trainable(trainable, adapter)
+        am.load(tensors, adapter)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        opt = make_optimizer(params, settings)
         am.model.train()
         losses: list[float] = []
-        first_batch = None
-        for _ in range(settings.local_epochs):
-            order = rng.permutation(indices)
-            for batch in iterate_batches(dataset, order, settings.batch_size, task.collate):
-                if settings.max_steps is not None and cost.steps >= settings.max_steps:
-                    break
-                batch = to_device(batch, device)
-                bsz = _batch_size(batch)
-                if measure and cost.steps == 0:
-                    loss = _measured_step(am, task, method, plan, batch, params, opt, settings, cost, hidden)
-                    first_batch = bsz
-                else:
-                    loss = _step(am, task, method, plan, batch, params, opt, settings, hidden)
-                    if first_batch:
-                        cost.flops_total += (cost.flops_forward_step + cost.flops_backward_step) * bsz / first_batch
-                losses.append(loss)
-                cost.steps += 1
+        for phase in method.local_phases(plan):
+            losses += _run_phase(am, task, method, dataset, indices, plan, phase, settings, rng, hidden, cost,
+                                 meter, (arch, adapter))
         am.model.eval()
         if device.type == "cuda":
             inactive = 0 if plan.blocks is None else sum(
                 b for j, b in am.block_bytes.items() if j not in set(plan.blocks))
             cost.cuda_peak_bytes = int(torch.cuda.max_memory_allocated(device)) - inactive
-        update = am.read(upload_keys, adapter)
+        upload = am.read(method.upload_keys(plan), adapter)
+        private = am.read(private_keys, adapter)
+
+        def batches() -> Iterator[Any]:
+            for b in iterate_batches(dataset, np.sort(indices), settings.batch_size, task.collate):
+                yield to_device(b, device)
+
+        with torch.no_grad():
+            upload.update(method.client_statistics(task, am.model, batches, plan))
     cost.seconds = sw.seconds
     cost.train_loss = float(np.mean(losses)) if losses else None
-    return update, cost
+    return upload, private, cost
+
+
+def _run_phase(am, task, method, dataset, indices, plan, phase: LocalPhase, settings, rng, hidden, cost,
+               meter, shape_key) -> list[float]:
+    params = am.set_trainable(phase.trainable, shape_key[1])
+    opt = make_optimizer(params, settings)
+    losses: list[float] = []
+    steps = 0
+    for _ in range(settings.local_epochs if phase.epochs is None else phase.epochs):
+        order = rng.permutation(indices)
+        for batch in iterate_batches(dataset, order, settings.batch_size, task.collate):
+            if settings.max_steps is not None and steps >= settings.max_steps:
+                break
+            batch = to_device(batch, am.device)
+            bsz = _batch_size(batch)
+            if meter is not None and cost.steps == 0:
+                key = shape_key + (phase.name, plan.blocks, tuple(sorted(phase.trainable)), _shape(batch))
+                if key in meter.figures:
+                    meter.reused += 1
+                    loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
+                    cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes, cost.breakdown = \
+                        meter.figures[key]
+                else:
+                    meter.measured += 1
+                    loss = _measured_step(am, task, method, plan, phase, batch, params, opt, settings, cost, hidden)
+                    meter.figures[key] = (cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes,
+                                          dict(cost.breakdown))
+                cost.first_batch = bsz
+            else:
+                loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
+            if cost.first_batch:
+                cost.flops_total += (cost.flops_forward_step + cost.flops_backward_step) * bsz / cost.first_batch
+            losses.append(loss)
+            cost.steps += 1
+            steps += 1
+    return losses
 
 
 def _batch_size(batch: Any) -> int:
@@ -118,8 +163,10 @@ def _batch_size(batch: Any) -> int:
     return int(t.shape[0])
 
 
-def _loss(task, method, plan, model, batch, hidden) -> torch.Tensor:
-    return method.client_loss(task, model, batch, plan, hidden)
+def _shape(batch: Any) -> tuple:
+    if isinstance(batch, dict):
+        return tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()) if isinstance(v, torch.Tensor))
+    return (tuple(batch.shape),)
 
 
 def _finish(loss: torch.Tensor, plan: ClientPlan) -> float:
@@ -129,9 +176,9 @@ def _finish(loss: torch.Tensor, plan: ClientPlan) -> float:
     return value
 
 
-def _step(am, task, method, plan, batch, params, opt, s: TrainSettings, hidden) -> float:
+def _step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, hidden) -> float:
     opt.zero_grad(set_to_none=True)
-    loss = _loss(task, method, plan, am.model, batch, hidden)
+    loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
     value = _finish(loss, plan)
     loss.backward()
     if s.grad_clip:
@@ -140,12 +187,13 @@ def _step(am, task, method, plan, batch, params, opt, s: TrainSettings, hidden) 
     return value
 
 
-def _measured_step(am, task, method, plan, batch, params, opt, s: TrainSettings, cost: ClientCost, hidden) -> float:
+def _measured_step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, cost: ClientCost,
+                   hidden) -> float:
     """One step under the FLOP counter and the saved-tensor meter."""
     opt.zero_grad(set_to_none=True)
     saved = SavedTensorBytes(exclude=list(am.model.parameters()))
     with count_flops() as fwd, saved.track():
-        loss = _loss(task, method, plan, am.model, batch, hidden)
+        loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
     value = _finish(loss, plan)
     with count_flops() as bwd:
         loss.backward()
@@ -154,7 +202,6 @@ def _measured_step(am, task, method, plan, batch, params, opt, s: TrainSettings,
     opt.step()
     cost.flops_forward_step = float(fwd.get_total_flops())
     cost.flops_backward_step = float(bwd.get_total_flops())
-    cost.flops_total += cost.flops_forward_step + cost.flops_backward_step
     param_bytes = am.n_params_bytes()
     grad_bytes = tensor_bytes([p for p in params])
     opt_bytes = optimizer_state_bytes(opt)

@@ -10,7 +10,7 @@ keys.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -131,15 +131,26 @@ class Task:
     #: throughout the entire process"); held out in EVERY run, whatever the method, so all
     #: methods are scored on the same examples. ``run.server_holdout`` overrides it.
     server_holdout: int = 50
+    #: run-config defaults of the task's paper setting (optimizer, lr, batch_size, clients)
+    run_defaults: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, config: TaskConfig, seed: int = 0):
+    def __init__(self, config: TaskConfig):
         self.config = config
-        self.seed = seed
 
     def load(self) -> TaskData:
+        """Read and encode the data. Whatever ``build_model`` and ``evaluate`` need from
+        the data (a tokenizer, label names) goes into the returned ``TaskData``."""
         raise NotImplementedError
 
-    def build_model(self) -> ModelBundle:
+    def archs(self) -> tuple[str, ...]:
+        """Architectures this task can build (per-client models); the first is the default."""
+        return ("default",)
+
+    def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
+        """A fresh model of ``arch`` (None = the default) for ``data``. Stateless: it uses
+        only its arguments and the config. Random parts are drawn from the global torch
+        RNG, which the runner seeds from the run seed; a random-init backbone that stands
+        for pretrained weights is drawn from a fixed seed instead (``fixed_init``)."""
         raise NotImplementedError
 
     def collate(self, examples: list[dict]) -> dict:
@@ -180,29 +191,31 @@ class ClassificationTask(Task):
 
     @torch.no_grad()
     def predict(self, model, dataset, device, indices: np.ndarray, logits_fn=None):
-        """Predicted and true labels. With ``logits_fn(model, batch) -> {name: logits}``,
-        the predictions are a dict {name: labels} (one per named output)."""
+        """Predicted labels {name: labels} and true labels. ``logits_fn(model, batch)``
+        may return named logits ({name: (B, C)}); where it is absent or returns None the
+        model's own forward gives the single output named ``""``."""
         preds: dict[str, list] = {}
         ys = []
         for batch in iterate_batches(dataset, indices, self.config.eval_batch_size, self.collate):
             batch = to_device(batch, device)
-            out = {"": self.forward(model, batch)} if logits_fn is None else logits_fn(model, batch)
+            out = None if logits_fn is None else logits_fn(model, batch)
+            if out is None:
+                out = {"": self.forward(model, batch)}
             for name, logits in out.items():
                 preds.setdefault(name, []).append(logits.argmax(-1).cpu())
             ys.append(batch["y"].cpu())
         y = torch.cat(ys).numpy()
-        labels = {name: torch.cat(p).numpy() for name, p in preds.items()}
-        return (labels[""] if logits_fn is None else labels), y
+        return {name: torch.cat(p).numpy() for name, p in preds.items()}, y
 
     @torch.no_grad()
     def evaluate(self, model, dataset, device, domains=None, domain_names=None, logits_fn=None):
-        """The task metric; with ``logits_fn`` (named outputs) the first output is the
+        """The task metric; with named outputs (``logits_fn``) the first output is the
         headline and each output's metric is in ``extra`` as ``<metric>_<name>``."""
         idx = eval_indices(len(dataset), self.config.eval_max_examples)
         doms = None if domains is None else domains[idx]
         pred, y = self.predict(model, dataset, device, idx, logits_fn)
-        if logits_fn is None:
-            return classification_result(self.metric_name, pred, y, doms, domain_names)
+        if list(pred) == [""]:
+            return classification_result(self.metric_name, pred[""], y, doms, domain_names)
         results = {name: classification_result(self.metric_name, p, y, doms, domain_names) for name, p in pred.items()}
         head = results[next(iter(results))]
         head.extra.update({f"{self.metric_name}_{name}": r.value for name, r in results.items()})

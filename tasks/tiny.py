@@ -35,6 +35,12 @@ from fedbench.tasks.base import (
     iterate_batches,
     to_device,
 )
+from fedbench.tasks.models import fixed_init
+
+def check_arch(task: Task, arch: str | None) -> None:
+    if arch is not None and arch not in task.archs():
+        raise UserError(f"{type(task).__name__}: unknown architecture {arch!r} (has: {', '.join(task.archs())})")
+
 
 DOMAINS = ("plain", "swapped", "inverted", "gray", "faded", "noisy")
 
@@ -98,22 +104,28 @@ class TinyVision(ClassificationTask):
             domain_names=list(DOMAINS),
         )
 
-    def build_model(self) -> ModelBundle:
+    def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
+        """The backbone stands for fixed pretrained weights: drawn from ``data_seed``, the
+        same in every run; the head is drawn from the run's RNG (its own init scheme)."""
         import timm.models.mlp_mixer as mixer
         import timm.models.vision_transformer as vit
 
         c = self.config
+        check_arch(self, arch)
         if c.model == "vit":
-            model = vit.VisionTransformer(
-                img_size=c.img_size, patch_size=8, num_classes=c.n_classes, embed_dim=c.width,
-                depth=c.depth, num_heads=3, mlp_ratio=2.0, global_pool="avg",
-            )
+            with fixed_init(c.data_seed):
+                model = vit.VisionTransformer(
+                    img_size=c.img_size, patch_size=8, num_classes=c.n_classes, embed_dim=c.width,
+                    depth=c.depth, num_heads=3, mlp_ratio=2.0, global_pool="avg",
+                )
+            vit.init_weights_vit_timm(model.head)
             targets = {"fedra": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}
             return ModelBundle(model, "blocks", targets, ["head"], default_target="fedra")
         if c.model == "mixer":
-            model = mixer.MlpMixer(
-                num_classes=c.n_classes, img_size=c.img_size, patch_size=8, num_blocks=c.depth, embed_dim=c.width,
-            )
+            with fixed_init(c.data_seed):  # timm initialises the Mixer head to zero: nothing to redraw
+                model = mixer.MlpMixer(
+                    num_classes=c.n_classes, img_size=c.img_size, patch_size=8, num_blocks=c.depth, embed_dim=c.width,
+                )
             # Mixer has no attention: LoRA on the two fc2s (FedRA) for every profile
             targets = {"fedra": ["mlp_tokens.fc2", "mlp_channels.fc2"]}
             targets["qv"] = targets["fedra"]
@@ -179,7 +191,8 @@ class TinyText(ClassificationTask):
         ds = lambda x, y: ArrayDataset({"input_ids": torch.from_numpy(x), "y": torch.from_numpy(y)})
         return TaskData(ds(xtr, ytr), ds(xte, yte), train_labels=ytr, n_classes=c.n_classes)
 
-    def build_model(self) -> ModelBundle:
+    def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
+        """Encoder fixed across runs (``data_seed``); classifier from the run's RNG."""
         from transformers import BertConfig, BertForSequenceClassification
 
         c = self.config
@@ -188,8 +201,10 @@ class TinyText(ClassificationTask):
             intermediate_size=2 * c.width, max_position_embeddings=max(64, c.seq_len), num_labels=c.n_classes,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         )
-        torch.manual_seed(c.data_seed)  # the "pretrained" weights are fixed across runs
-        model = BertForSequenceClassification(cfg)
+        check_arch(self, arch)
+        with fixed_init(c.data_seed):  # the "pretrained" weights are fixed across runs
+            model = BertForSequenceClassification(cfg)
+        model._init_weights(model.classifier)
         targets = {"qv": ["attention.self.query", "attention.self.value"], "fedra": ["attention.output.dense", "output.dense"]}
         return ModelBundle(model, "bert.encoder.layer", targets, ["classifier"], default_target="qv")
 
@@ -275,7 +290,8 @@ class TinyLM(Task):
         ds = lambda s: ArrayDataset({"input_ids": torch.from_numpy(s)})
         return TaskData(ds(tr), ds(te), train_labels=ctr, n_classes=c.n_categories)
 
-    def build_model(self) -> ModelBundle:
+    def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
+        """Decoder fixed across runs (``data_seed``); the trainable read-out from the run's RNG."""
         from transformers import LlamaConfig, LlamaForCausalLM
 
         c = self.config
@@ -284,8 +300,10 @@ class TinyLM(Task):
             num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=32, tie_word_embeddings=False,
             initializer_range=0.1,  # a random LM mixes tokens enough to learn in a few rounds
         )
-        torch.manual_seed(c.data_seed)
-        model = LlamaForCausalLM(cfg)
+        check_arch(self, arch)
+        with fixed_init(c.data_seed):
+            model = LlamaForCausalLM(cfg)
+        model._init_weights(model.lm_head)
         targets = {"qv": ["self_attn.q_proj", "self_attn.v_proj"], "fedra": ["self_attn.o_proj", "mlp.down_proj"]}
         # a random-init tiny LM needs a trainable read-out to learn in a few rounds
         return ModelBundle(model, "model.layers", targets, ["lm_head"], default_target="qv")
@@ -308,7 +326,7 @@ class TinyLM(Task):
         return ids[:, prompts.shape[1]:]
 
     @torch.no_grad()
-    def evaluate(self, model, dataset, device, domains=None, domain_names=None):
+    def evaluate(self, model, dataset, device, domains=None, domain_names=None, logits_fn=None):
         idx = eval_indices(len(dataset), self.config.eval_max_examples)
         preds, refs = [], []
         for batch in iterate_batches(dataset, idx, self.config.eval_batch_size):

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from fedbench.methods import METHODS
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.runners.records import validate_record
 from fedbench.tasks import TASKS
 
@@ -41,7 +41,7 @@ def test_every_method_runs_somewhere():
 @pytest.mark.parametrize("method,task", CASES)
 def test_method_runs_two_rounds(method, task, tmp_path):
     run = dict(rounds=2, clients=4, per_round=4, roc="1:1:1", seed=0, out=str(tmp_path))
-    rec, path = LocalRunner(method, task, run, task_config=SMALL_TASK_CONFIGS[task]).run()
+    rec, path = Experiment(method, task, run, task_config=SMALL_TASK_CONFIGS[task]).run()
     assert rec["status"] == "ok", rec["error"]
     assert path.exists()
     validate_record(rec)

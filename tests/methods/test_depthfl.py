@@ -11,7 +11,7 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState
 from fedbench.methods.depth_hetero import DepthFL, DepthFLConfig, depthfl_loss, kd_weight
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, TaskConfig
 
 
@@ -19,7 +19,7 @@ class _Task(ClassificationTask):
     """x (B, 4) -> the tiny net's logits; block outputs are (B, 4) features already."""
 
     def __init__(self):
-        super().__init__(TaskConfig(), 0)
+        super().__init__(TaskConfig())
 
     def forward(self, model, batch):
         return model(batch["x"])
@@ -110,7 +110,7 @@ def test_evaluation_records_ensemble_and_last_head(tiny_am, ctx_for):
     x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
     runner = SimpleNamespace(method=m, am=am, task=task, test=ArrayDataset({"x": x, "y": y}),
                              device=torch.device("cpu"), test_domains=None, data=SimpleNamespace(domain_names=None))
-    res = LocalRunner.evaluate(runner, state)  # the runner's evaluation path, on the tiny model
+    res = Experiment.evaluate(runner, state, None)  # the runner's evaluation path, on the tiny model
     with torch.no_grad():
         last = am.model(x)
         ens = (am.model.fedbench_extra.exit0(am.model.blocks[:3](x)) + last) / 2
@@ -118,6 +118,5 @@ def test_evaluation_records_ensemble_and_last_head(tiny_am, ctx_for):
     assert res.extra["top1_ensemble"] == pytest.approx(acc(ens)) and res.extra["top1_last"] == pytest.approx(acc(last))
     assert res.value == res.extra["top1_ensemble"]
     m_last = DepthFL(DepthFLConfig(eval_head="last"), m.ctx)
-    m_last.heads = m.heads
     runner.method = m_last
-    assert LocalRunner.evaluate(runner, state).value == pytest.approx(acc(last))
+    assert Experiment.evaluate(runner, state, None).value == pytest.approx(acc(last))

@@ -370,9 +370,9 @@ def test_end_to_end_tiny_text_costs_differ_by_tier(tmp_path):
     """A tiny co-design run: the proxy set is recorded, the FIM pass is server cost, and real
     freezing makes backward FLOPs and accounted memory grow with the tier's budget, while the
     forward (full depth for everyone) costs the same."""
-    from fedbench.runners.local import LocalRunner
+    from fedbench.runners.experiment import Experiment
 
-    rec, _ = LocalRunner(
+    rec, _ = Experiment(
         "fed_hello", "tiny_text",
         dict(roc="1:1:1", rounds=2, clients=3, per_round=3, max_steps=1, out=str(tmp_path)),
         method_config=dict(t_rgd=1, t_fim=1, proxy_size=4),  # round 1 RGD, round 2 FIM

@@ -41,7 +41,7 @@ def test_registered_and_plans_all_layers_at_tier_rank(tiny_am, ctx_for):
     assert [plans[i].rank for i in range(3)] == [1, 2, 4]
     assert all(p.train_layers == (0, 1, 2) and p.blocks is None for p in plans.values())
     # alpha_i = alpha r_i / r_max: every client scales by alpha / r_max = 8 / 4
-    assert plans[0].extra["lora_alpha"] == 8.0 * 1 / 4 and plans[1].extra["lora_alpha"] == 8.0 * 2 / 4
+    assert plans[0].lora_alpha == 8.0 * 1 / 4 and plans[1].lora_alpha == 8.0 * 2 / 4
     assert "lora_alpha" not in plans[2].extra  # the global rank uses the default adapter
 
 

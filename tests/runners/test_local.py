@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedbench.errors import UserError
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.runners.records import validate_record
 from fedbench.runners.tiers import TierAssigner, largest_remainder, parse_roc
 from fedbench.tasks.tiny import TinyText
@@ -18,7 +18,7 @@ RUN = dict(rounds=3, clients=3, per_round=3)
 
 
 def _runner(tmp_path, **kw):
-    return LocalRunner("fedavg", "tiny_text", {**RUN, "out": str(tmp_path), **kw},
+    return Experiment("fedavg", "tiny_text", {**RUN, "out": str(tmp_path), **kw},
                        task_config=SMALL_TASK_CONFIGS["tiny_text"])
 
 
@@ -73,7 +73,8 @@ def test_one_backbone_shared_by_all_clients(tmp_path):
     r.setup()
     base = {n: p for n, p in r.am.model.named_parameters() if "lora_" not in n and "classifier" not in n}
     before = {n: (p.data_ptr(), p.detach().clone()) for n, p in base.items()}
-    r._round(1, r.method.init_state(r.am.read(r.am.all_keys)))
+    from fedbench.runners.engine import LocalEngine
+    LocalEngine(r).round(1, r.method.init_state(r.am.read(r.am.all_keys)))
     after = dict(r.am.model.named_parameters())
     assert all(after[n].data_ptr() == ptr and torch.equal(after[n], v) for n, (ptr, v) in before.items())
 
@@ -114,22 +115,16 @@ def test_eval_initial_scores_the_untrained_model(tmp_path):
     init = rec["results"]["initial"]
     fresh = _runner(tmp_path / "fresh", rounds=2)
     fresh.setup()
-    expected = fresh.evaluate(fresh.method.init_state(fresh.am.read(fresh.am.all_keys))).value
+    expected = fresh.evaluate(fresh.method.init_state(fresh.am.read(fresh.am.all_keys)), None).value
     assert init["metric"] == pytest.approx(expected)
     assert init["metric"] != pytest.approx(rec["results"]["final"])
     assert [c["round"] for c in rec["results"]["curve"]] == [1, 2]
     validate_record(json.loads(path.read_text()))
 
 
-def test_eval_initial_off_keeps_run_id_and_writes_null(tmp_path):
-    from fedbench.config import config_to_dict
-    from fedbench.runners.local import run_identity
-
+def test_eval_initial_is_part_of_the_run_id_and_off_writes_null(tmp_path):
     r = _runner(tmp_path)
-    d = config_to_dict(r.method_cfg), config_to_dict(r.task_cfg), r._resolved_run()
-    assert d[2]["eval_initial"] is False
-    without = {k: v for k, v in d[2].items() if k != "eval_initial"}  # a run config that lacks the flag
-    assert run_identity("fedavg", d[0], "tiny_text", d[1], d[2]) == run_identity("fedavg", d[0], "tiny_text", d[1], without)
+    assert r.resolved_run()["eval_initial"] is False
     assert r.run_id() != _runner(tmp_path, eval_initial=True).run_id()
     rec, _ = _runner(tmp_path, rounds=1).run()
     assert rec["status"] == "ok" and rec["results"]["initial"] is None
@@ -140,15 +135,15 @@ def test_eval_initial_off_keeps_run_id_and_writes_null(tmp_path):
 ])
 def test_clients_default_to_the_tasks_paper_setting(tmp_path, task, given, expected):
     run = {"out": str(tmp_path)} | ({} if given is None else {"clients": given})
-    r = LocalRunner("fedavg", task, run)
-    assert r.clients == expected and r._resolved_run()["clients"] == expected
+    r = Experiment("fedavg", task, run)
+    assert r.clients == expected and r.resolved_run()["clients"] == expected
 
 
 def test_every_method_is_scored_on_the_same_test_examples(tmp_path):
     """The server's hold-out (FIM proxy set) leaves the test split for all methods alike."""
     seen = {}
     for method in ("fedavg", "fed_hello_fim", "hetlora"):
-        r = LocalRunner(method, "tiny_text", {**RUN, "rounds": 1, "out": str(tmp_path)},
+        r = Experiment(method, "tiny_text", {**RUN, "rounds": 1, "out": str(tmp_path)},
                         task_config=SMALL_TASK_CONFIGS["tiny_text"])
         r.setup()
         seen[method] = (tuple(r.holdout_indices), len(r.test), len(r.server.proxy or []))
@@ -164,7 +159,7 @@ def test_server_holdout_option(tmp_path):
     r.setup()
     assert r.holdout_indices == [] and len(r.test) == len(r.data.test)
     with pytest.raises(UserError, match="needs a proxy set"):
-        LocalRunner("fed_hello_fim", "tiny_text", {**RUN, "server_holdout": 0, "out": str(tmp_path)},
+        Experiment("fed_hello_fim", "tiny_text", {**RUN, "server_holdout": 0, "out": str(tmp_path)},
                     task_config=SMALL_TASK_CONFIGS["tiny_text"]).setup()
     with pytest.raises(UserError, match="leaves nothing to evaluate"):
         _runner(tmp_path, server_holdout=10**6).setup()

@@ -18,7 +18,7 @@ from torch import nn
 
 from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodContext, MethodState
 from fedbench.runners.adapters import AdapterModel
-from fedbench.runners.train import TrainSettings, train_client
+from fedbench.runners.train import MeterCache, TrainSettings, train_client
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig
 
 B, D, R, C, L = 8, 16, 4, 5, 6
@@ -63,8 +63,8 @@ def run_step(layers, blocks=None, optimizer="sgd"):
     plan = ClientPlan(0, 0, layers, blocks=blocks)
     payload = method.client_payload(MethodState(am.read(am.all_keys)), plan)
     settings = TrainSettings(1, B, optimizer, 0.1, 0.0, 0.0, None, max_steps=1)
-    upd, cost = train_client(am, StackTask(TaskConfig()), method, data, np.arange(B), plan, payload,
-                             method.upload_keys(plan), settings, np.random.default_rng(0))
+    upd, _, cost = train_client(am, StackTask(TaskConfig()), method, data, np.arange(B), plan, payload,
+                                settings, np.random.default_rng(0), MeterCache())
     return am, upd, cost
 
 

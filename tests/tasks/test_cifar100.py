@@ -1,5 +1,5 @@
 """cifar100: a tiny ``save_to_disk`` CIFAR folder (HF schema ``img`` / ``fine_label``) and
-the original ``cifar-100-python`` pickles, end to end through LocalRunner."""
+the original ``cifar-100-python`` pickles, end to end through Experiment."""
 
 import pickle
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedbench.errors import UserError
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.tasks.cifar100 import Cifar100, Cifar100Config
 
 NAMES = ["apple", "aquarium_fish", "baby", "bear", "beaver"]
@@ -55,7 +55,7 @@ def test_save_to_disk_fedavg_two_rounds(tmp_path):
     root = write_save_to_disk(tmp_path / "cifar")
     run = dict(setting="iid", clients=3, per_round=3, rounds=2, batch_size=16, measure_flops=False,
                out=str(tmp_path / "out"))
-    rec, _ = LocalRunner("fedavg", "cifar100", run, task_config=dict(data_dir=str(root), model="vit_tiny_test",
+    rec, _ = Experiment("fedavg", "cifar100", run, task_config=dict(data_dir=str(root), model="vit_tiny_test",
                                                                           img_size=16)).run()
     assert rec["status"] == "ok", rec["error"]
     assert rec["results"]["metric_name"] == "top1" and 0.0 <= rec["results"]["final"] <= 1.0

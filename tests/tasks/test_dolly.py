@@ -1,5 +1,5 @@
 """dolly: a tiny Dolly JSONL (``instruction / context / response / category``), end to end
-through LocalRunner with a tiny LM; the WordNet-built Dolly-format set
+through Experiment with a tiny LM; the WordNet-built Dolly-format set
 (``../shared/data/instructions``) when present."""
 
 import importlib.util
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedbench.errors import UserError
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.tasks.instructions import DOLLY_CATEGORIES, IGNORE, Dolly, DollyConfig
 
 INSTRUCTIONS = Path(__file__).resolve().parents[3] / "shared" / "data" / "instructions"
@@ -47,7 +47,7 @@ def test_fedavg_two_rounds_reports_rouge_l(tmp_path):
     run = dict(setting="iid", clients=4, per_round=2, rounds=2, batch_size=8, max_steps=2, lr=3e-3,
                out=str(tmp_path / "out"))
     tc = dict(data_dir=str(root), model="tiny-llama", seq_len=48, max_new_tokens=8, eval_max_examples=8)
-    rec, _ = LocalRunner("fedavg", "dolly", run, task_config=tc).run()
+    rec, _ = Experiment("fedavg", "dolly", run, task_config=tc).run()
     assert rec["status"] == "ok", rec["error"]
     res = rec["results"]
     assert res["metric_name"] == "rouge_l" and 0.0 <= res["final"] <= 1.0
@@ -62,7 +62,7 @@ def test_category_skew_uses_the_eight_dolly_categories(tmp_path):
     root = write_dolly(tmp_path / "dolly")
     run = dict(setting="3/1.0", clients=5, per_round=2, rounds=1, batch_size=8, max_steps=2, measure_flops=False,
                out=str(tmp_path / "out"))
-    runner = LocalRunner("fedavg", "dolly", run, task_config=dict(data_dir=str(root), model="tiny-llama",
+    runner = Experiment("fedavg", "dolly", run, task_config=dict(data_dir=str(root), model="tiny-llama",
                                                                        seq_len=48, max_new_tokens=4,
                                                                        eval_max_examples=4))
     rec, _ = runner.run()
@@ -133,7 +133,7 @@ def test_lora_only_like_real_lms(tmp_path):
                out=str(tmp_path / "out"))
     tc = dict(data_dir=str(root), model="tiny-llama", seq_len=48, max_new_tokens=4, eval_max_examples=4,
               train_lm_head=False)
-    runner = LocalRunner("fedavg", "dolly", run, task_config=tc)
+    runner = Experiment("fedavg", "dolly", run, task_config=tc)
     rec, _ = runner.run()
     assert rec["status"] == "ok", rec["error"]
     assert runner.ctx.head_keys == [] and all(".lora_" in k for k in runner.ctx.all_keys)
@@ -167,7 +167,7 @@ def test_instructions_tiny_lm_rounds(tmp_path):
     run = dict(setting="3/1.0", clients=10, per_round=3, rounds=2, batch_size=16, max_steps=5, lr=3e-3,
                out=str(tmp_path))
     tc = dict(data_dir=str(INSTRUCTIONS), model="tiny-llama", seq_len=64, max_new_tokens=16, eval_max_examples=32)
-    rec, _ = LocalRunner("fedavg", "dolly", run, task_config=tc).run()
+    rec, _ = Experiment("fedavg", "dolly", run, task_config=tc).run()
     assert rec["status"] == "ok", rec["error"]
     assert 0.0 <= rec["results"]["final"] <= 1.0
 

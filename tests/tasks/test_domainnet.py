@@ -1,4 +1,4 @@
-"""domainnet: the DomainNet folder layout (split files), end to end through LocalRunner.
+"""domainnet: the DomainNet folder layout (split files), end to end through Experiment.
 
 The fixture is written at test time in the official on-disk format:
 ``<domain>/<class>/<file>`` plus ``<domain>_train.txt`` / ``<domain>_test.txt`` lines
@@ -13,7 +13,7 @@ import pytest
 
 from fedbench.errors import UserError
 from fedbench.runners.cli import main as cli_main
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.tasks.image_domains import DomainNet, DomainNetConfig
 
 PACS = Path(__file__).resolve().parents[3] / "shared" / "data" / "pacs"
@@ -74,7 +74,7 @@ def test_domain_subset_and_cap(tmp_path):
 def test_fedra_domain_setting_reports_per_domain_accuracy(tmp_path):
     root = write_domainnet(tmp_path / "data")
     run = dict(setting="domain", capacities=[12, 8, 6], rounds=2, batch_size=8, out=str(tmp_path / "out"))
-    rec, _ = LocalRunner("fedra", "domainnet", run, task_config=dict(data_dir=str(root), model="vit_tiny_test",
+    rec, _ = Experiment("fedra", "domainnet", run, task_config=dict(data_dir=str(root), model="vit_tiny_test",
                                                                           img_size=16)).run()
     assert rec["status"] == "ok", rec["error"]
     res = rec["results"]
@@ -90,7 +90,7 @@ def test_fedavg_domain_dirichlet_setting(tmp_path):
     root = write_domainnet(tmp_path / "data", per_class=8)
     run = dict(setting="domain+dir(0.5)x2", rounds=1, per_round=3, batch_size=8, measure_flops=False,
                out=str(tmp_path / "out"))
-    rec, _ = LocalRunner("fedavg", "domainnet", run, task_config=dict(data_dir=str(root), model="mixer_tiny_test",
+    rec, _ = Experiment("fedavg", "domainnet", run, task_config=dict(data_dir=str(root), model="mixer_tiny_test",
                                                                            img_size=16)).run()
     assert rec["status"] == "ok", rec["error"]
     assert rec["run"]["n_clients"] == 6
@@ -132,7 +132,7 @@ def test_pacs_through_the_domainnet_loader():
 @pytest.mark.slow
 def test_pacs_fedra_rounds(tmp_path):
     run = dict(setting="domain", capacities=[12, 8, 6, 3], rounds=2, out=str(tmp_path))
-    rec, _ = LocalRunner("fedra", "domainnet", run, task_config=dict(data_dir=str(PACS), model="vit_tiny_test",
+    rec, _ = Experiment("fedra", "domainnet", run, task_config=dict(data_dir=str(PACS), model="vit_tiny_test",
                                                                           max_train_per_domain=600)).run()
     assert rec["status"] == "ok", rec["error"]
     res = rec["results"]

@@ -1,5 +1,5 @@
 """ledgar: a tiny LEDGAR JSONL folder (``{"text", "label"}`` rows + label names), end to
-end through LocalRunner; the real licenses set (``../shared/data/licenses``) when present."""
+end through Experiment; the real licenses set (``../shared/data/licenses``) when present."""
 
 import importlib.util
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.tasks.base import classification_result
 from fedbench.tasks.ledgar import Ledgar, LedgarConfig, read_ledgar
 
@@ -41,7 +41,7 @@ def test_jsonl_fedavg_two_rounds_macro_f1(tmp_path):
     root = write_ledgar(tmp_path / "ledgar")
     run = dict(setting="iid", clients=3, per_round=3, rounds=2, batch_size=8, lr=3e-3, measure_flops=False,
                out=str(tmp_path / "out"))
-    rec, _ = LocalRunner("fedavg", "ledgar", run, task_config=dict(data_dir=str(root), model="tiny-bert",
+    rec, _ = Experiment("fedavg", "ledgar", run, task_config=dict(data_dir=str(root), model="tiny-bert",
                                                                         seq_len=24)).run()
     assert rec["status"] == "ok", rec["error"]
     res = rec["results"]
@@ -53,7 +53,7 @@ def test_label_skew_setting_over_labels(tmp_path):
     root = write_ledgar(tmp_path / "ledgar")
     run = dict(setting="2/1.0", clients=4, per_round=2, rounds=1, batch_size=8, measure_flops=False,
                out=str(tmp_path / "out"))
-    rec, _ = LocalRunner("fedra", "ledgar", run, method_config={"lora_targets": "qv"},
+    rec, _ = Experiment("fedra", "ledgar", run, method_config={"lora_targets": "qv"},
                          task_config=dict(data_dir=str(root), model="tiny-bert", seq_len=24)).run()
     assert rec["status"] == "ok", rec["error"]
 
@@ -129,7 +129,7 @@ def test_licenses_minilm_beats_majority_class(tmp_path):
     run = dict(setting="20/1.0", roc="1:1:1", clients=20, per_round=4, rounds=2, batch_size=32, max_steps=3,
                lr=2e-3, eval_every=2, out=str(tmp_path))
     tc = dict(data_dir=str(LICENSES), model="minilm-l6", seq_len=64, eval_max_examples=200)
-    runner = LocalRunner(method, "ledgar", run, task_config=tc)
+    runner = Experiment(method, "ledgar", run, task_config=tc)
     rec, _ = runner.run()
     assert rec["status"] == "ok", rec["error"]
     y = runner.data.test.tensors["y"].numpy()

@@ -1,5 +1,5 @@
 """natural_instructions: a tiny NI JSONL (``definition / input / output / task``; also the
-HF field names), task-skew partitions, end to end through LocalRunner with a tiny LM."""
+HF field names), task-skew partitions, end to end through Experiment with a tiny LM."""
 
 import json
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.tasks.instructions import NaturalInstructions, NaturalInstructionsConfig
 
 TASKS = ["task001_reverse", "task002_upper", "task003_first_word", "task004_count", "task005_copy"]
@@ -38,7 +38,7 @@ def test_task_skew_rounds_report_rouge_l(tmp_path):
     run = dict(setting="2/1.0", clients=4, per_round=2, rounds=2, batch_size=8, max_steps=2, lr=3e-3,
                measure_flops=False, out=str(tmp_path / "out"))
     tc = dict(data_dir=str(root), model="tiny-llama", seq_len=48, max_new_tokens=8)
-    runner = LocalRunner("fedavg", "natural_instructions", run, task_config=tc)
+    runner = Experiment("fedavg", "natural_instructions", run, task_config=tc)
     rec, _ = runner.run()
     assert rec["status"] == "ok", rec["error"]
     assert rec["results"]["metric_name"] == "rouge_l" and 0.0 <= rec["results"]["final"] <= 1.0

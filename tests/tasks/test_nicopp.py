@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 from fedbench.tasks.image_domains import Nicopp, NicoppConfig
 
 STYLES = ("autumn", "dim", "grass", "outdoor", "rock", "water")
@@ -49,7 +49,7 @@ def test_seeded_split_is_fixed_disjoint_and_per_cell(tmp_path):
 def test_domain_setting_runs_with_mixer(tmp_path):
     root = write_nicopp(tmp_path / "data")
     run = dict(setting="domain", rounds=1, batch_size=8, measure_flops=False, out=str(tmp_path / "out"))
-    rec, _ = LocalRunner("fedavg", "nicopp", run, task_config=dict(data_dir=str(root), model="mixer_tiny_test",
+    rec, _ = Experiment("fedavg", "nicopp", run, task_config=dict(data_dir=str(root), model="mixer_tiny_test",
                                                                         img_size=16)).run()
     assert rec["status"] == "ok", rec["error"]
     assert set(rec["results"]["per_domain"]) == set(STYLES)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedbench.runners.local import LocalRunner
+from fedbench.runners.experiment import Experiment
 
 # (task, task config, rounds, floor): floors are well above chance (vision 1/10, text 1/6)
 # and above the untrained tiny LM's Rouge-L (~0.1); measured values are far higher.
@@ -17,7 +17,7 @@ CASES = [
 
 @pytest.mark.parametrize("task,cfg,rounds,floor", CASES, ids=[c[0] for c in CASES])
 def test_fedavg_learns(task, cfg, rounds, floor, tmp_path):
-    rec, _ = LocalRunner("fedavg", task, dict(rounds=rounds, clients=6, per_round=6, eval_initial=True,
+    rec, _ = Experiment("fedavg", task, dict(rounds=rounds, clients=6, per_round=6, eval_initial=True,
                                               out=str(tmp_path)), task_config=cfg).run()
     assert rec["status"] == "ok", rec["error"]
     curve = [c["metric"] for c in rec["results"]["curve"]]
@@ -40,7 +40,7 @@ def test_tiny_data_is_fixed_and_domains_differ():
 def test_mixer_option_runs_fedra_on_both_fc2s(tmp_path):
     from smoke import SMALL_TASK_CONFIGS
 
-    runner = LocalRunner("fedra", "tiny_vision", dict(rounds=1, setting="domain", capacities=[12, 6, 3], out=str(tmp_path)),
+    runner = Experiment("fedra", "tiny_vision", dict(rounds=1, setting="domain", capacities=[12, 6, 3], out=str(tmp_path)),
                          task_config={**SMALL_TASK_CONFIGS["tiny_vision"], "model": "mixer"})
     rec, _ = runner.run()
     assert rec["status"] == "ok", rec["error"]

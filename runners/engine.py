@@ -1,0 +1,102 @@
+"""Engines drive the rounds of an :class:`~fedbench.runners.experiment.Experiment`.
+
+The round loop is the same for every engine: sample clients (their own random stream),
+draw tiers, ask the method for plans, build a :class:`ClientJob` per client (payload +
+private state from the ClientStore), run the jobs, keep the private state that comes
+back, aggregate, evaluate, call the callbacks. Engines differ only in *where* jobs run
+(``execute`` / ``evaluate_local``): ``local`` runs them one after another in this process
+with one worker; other engines (``ray``) register themselves in :data:`ENGINES` and are
+chosen with ``run.runner``. Engines know no method by name.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from fedbench.methods.base import ClientUpdate, MethodState
+from fedbench.registry import Registry
+from fedbench.runners.callbacks import RoundLog
+from fedbench.runners.meters import ClientCost, Stopwatch
+from fedbench.runners.adapters import tensor_bytes
+from fedbench.runners.seeds import rng_for, seed_for
+from fedbench.runners.worker import ClientJob, ClientResult, EvalJob
+from fedbench.tasks.base import EvalResult
+
+ENGINES: Registry = Registry("runner")
+
+
+class Engine:
+    """Base class: the round loop; subclasses implement ``execute`` and ``evaluate_local``."""
+
+    def __init__(self, exp):
+        self.exp = exp
+
+    # -- where clients run ---------------------------------------------------------------
+    def execute(self, jobs: Sequence[ClientJob]) -> list[ClientResult]:
+        raise NotImplementedError
+
+    def evaluate_local(self, jobs: Sequence[EvalJob]) -> list[EvalResult]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self, state: MethodState, first_round: int = 1) -> MethodState:
+        exp = self.exp
+        for rnd in range(first_round, exp.run_cfg.rounds + 1):
+            state = self.round(rnd, state)
+        return state
+
+    def round(self, rnd: int, state: MethodState) -> MethodState:
+        exp, seed = self.exp, self.exp.run_cfg.seed
+        with Stopwatch(exp.device) as sw:
+            sampled = sorted(int(c) for c in rng_for(seed, "sample", rnd).choice(
+                exp.n_clients, size=exp.per_round, replace=False))
+            profiles = exp.tiers.profiles(sampled, rnd, rng_for(seed, "tier", rnd), exp.sizes)
+            plans = exp.method.plan(rnd, profiles, state, rng_for(seed, "method", rnd))
+            jobs, skipped = [], []
+            for p in profiles:
+                plan = plans[p.client]
+                if plan.skip:
+                    skipped.append(ClientCost(client=p.client, tier=p.tier))
+                    continue
+                payload = exp.method.client_payload(state, plan)
+                jobs.append(ClientJob(rnd, plan, payload, exp.store.get(p.client), exp.train_indices[p.client],
+                                      seed_for(seed, "client", rnd, p.client)))
+            results = self.execute(jobs)
+            updates = []
+            for job, res in zip(jobs, results):
+                res.cost.down_bytes = tensor_bytes(job.payload) + exp.method.extra_down_bytes(job.plan)
+                res.cost.up_bytes = tensor_bytes(res.upload)
+                exp.store.put(job.plan.client, res.private)
+                updates.append(ClientUpdate(job.plan.client, res.upload, exp.sizes[job.plan.client], job.plan,
+                                            res.cost.train_loss))
+            for cost in skipped + [r.cost for r in results]:
+                for cb in exp.callbacks:
+                    cb.on_client_end(exp, rnd, cost)
+            state = exp.method.aggregate(state, updates)
+        metric, eval_seconds = None, 0.0
+        if rnd % exp.run_cfg.eval_every == 0 or rnd == exp.run_cfg.rounds:
+            t0 = time.perf_counter()
+            exp.last_eval = exp.evaluate(state, self)
+            eval_seconds = time.perf_counter() - t0
+            metric = exp.last_eval.value
+        losses = [r.cost.train_loss for r in results if r.cost.train_loss is not None]
+        log = RoundLog(rnd, metric, float(np.mean(losses)) if losses else None, sw.seconds,
+                       sum(r.cost.seconds for r in results), eval_seconds, sampled)
+        for cb in exp.callbacks:
+            cb.on_round_end(exp, log)
+        return state
+
+
+@ENGINES.register("local", "clients one after another in this process, one model per architecture")
+class LocalEngine(Engine):
+    def execute(self, jobs):
+        return [self.exp.worker.run(job) for job in jobs]
+
+    def evaluate_local(self, jobs):
+        return [self.exp.worker.evaluate(job, None) for job in jobs]

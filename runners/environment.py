@@ -1,0 +1,81 @@
+"""Where and with what a run runs: device, threads, code version, package versions, and
+the run's identity (a hash of everything that can change its result)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import fedbench
+from fedbench.errors import UserError
+
+#: run-config fields that cannot change a result: left out of the run id
+NOT_IN_IDENTITY = ("out", "runner", "workers", "threads", "store_memory_mb")
+
+
+def resolve_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(spec)
+    except RuntimeError:
+        raise UserError(f"bad --device {spec!r}: use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {spec} asked for, but CUDA is not available on this machine")
+    return dev
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_threads(threads: int | None, tiny: bool) -> int:
+    """``run.threads``, or 1 for the tiny tasks (their ops are too small to split), or the
+    cores given to this process."""
+    if threads is not None:
+        return threads
+    return 1 if tiny else available_cores()
+
+
+def git_info() -> tuple[str | None, bool | None]:
+    root = Path(fedbench.__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if commit.returncode != 0:
+            return None, None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5)
+        return commit.stdout.strip(), bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def env_info(device: torch.device, threads: int | None = None) -> dict[str, Any]:
+    def version(mod: str) -> str | None:
+        try:
+            return __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - optional packages
+            return None
+
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return {"python": platform.python_version(), "torch": version("torch"), "transformers": version("transformers"),
+            "peft": version("peft"), "timm": version("timm"), "gpu": gpu, "threads": threads}
+
+
+def run_identity(method: str, method_cfg: dict, task: str, task_cfg: dict, run_cfg: dict) -> str:
+    """Hash of the resolved config + seed + code version: every run-config field except
+    those in :data:`NOT_IN_IDENTITY`."""
+    run_cfg = {k: v for k, v in run_cfg.items() if k not in NOT_IN_IDENTITY}
+    blob = json.dumps({"method": method, "method_config": method_cfg, "task": task, "task_config": task_cfg,
+                       "run": run_cfg, "version": fedbench.__version__}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,103 @@
+"""The ``results`` and ``cost`` sections of a record, from the round logs and the
+clients' costs (pure functions of what the History callback collected)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from fedbench.runners.callbacks import RoundLog
+from fedbench.runners.meters import ClientCost
+from fedbench.tasks.base import EvalResult
+
+MB = 1e6
+GB = 1e9
+
+
+def _mean(xs) -> float | None:
+    xs = list(xs)
+    return float(np.mean(xs)) if xs else None
+
+
+def results_section(logs: Sequence[RoundLog], last: EvalResult | None, initial: EvalResult | None,
+                    metric_name: str, evaluation: str, per_client: dict | None, archs: dict[int, str]) -> dict:
+    curve = [{"round": l.round, "metric": l.metric, "train_loss": l.train_loss} for l in logs]
+    evals = [(l.metric, l.round) for l in logs if l.metric is not None and math.isfinite(l.metric)]
+    best = max(evals) if evals else (None, None)
+    out = {
+        "metric_name": last.metric_name if last else metric_name,
+        "final": last.value if last else None, "best": best[0], "best_round": best[1],
+        "per_domain": last.per_domain if last else None, "extra": dict(last.extra) if last else {},
+        "curve": curve, "evaluation": evaluation,
+        "initial": None if initial is None else {"metric": initial.value, "per_domain": initial.per_domain,
+                                                 "extra": dict(initial.extra)},
+        "per_client": {str(c): v for c, v in sorted((per_client or {}).items())},
+        "local": local_summary(per_client, archs) if per_client else None,
+    }
+    return out
+
+
+def local_summary(per_client: dict[int, float], archs: dict[int, str]) -> dict:
+    """Mean, std (ddof 0), min, median over clients, and the mean per architecture."""
+    vals = np.array([v for v in per_client.values()], dtype=np.float64)
+    by_arch: dict[str, list[float]] = {}
+    for c, v in per_client.items():
+        by_arch.setdefault(archs.get(c, "default"), []).append(v)
+    return {"mean": float(vals.mean()), "std": float(vals.std()), "min": float(vals.min()),
+            "median": float(np.median(vals)), "by_arch": {a: float(np.mean(v)) for a, v in sorted(by_arch.items())}}
+
+
+def cost_section(costs: Sequence[ClientCost], logs: Sequence[RoundLog], device_type: str, server_flops: float,
+                 server_seconds: float, seconds_total: float, measured: int, reused: int) -> dict:
+    trained = [c for c in costs if c.steps > 0]
+    mem_source = "cuda" if device_type == "cuda" else "accounted"
+
+    def by_tier(items, fn):
+        return {str(t): fn([c for c in items if c.tier == t]) for t in sorted({c.tier for c in items})}
+
+    def step_t(cs):
+        return {"mean": _mean((c.flops_forward_step + c.flops_backward_step) / 1e12 for c in cs),
+                "forward": _mean(c.flops_forward_step / 1e12 for c in cs),
+                "backward": _mean(c.flops_backward_step / 1e12 for c in cs)}
+
+    peak = (lambda c: c.cuda_peak_bytes) if mem_source == "cuda" else (lambda c: c.accounted_bytes)
+
+    def mem(cs, f):
+        return {"mean": _mean(f(c) / GB for c in cs), "max": max((f(c) / GB for c in cs), default=None)}
+
+    def traffic(cs):
+        return {"down": _mean(c.down_bytes / MB for c in cs), "up": _mean(c.up_bytes / MB for c in cs),
+                "total": _mean((c.down_bytes + c.up_bytes) / MB for c in cs)}
+
+    measured_costs = [c for c in trained if c.flops_forward_step > 0]
+    steps = sum(c.steps for c in trained)
+    client_seconds = sum(c.seconds for c in trained)
+    evals = [l.eval_seconds for l in logs if l.metric is not None]
+    return {
+        "tflops_per_step": {**{k: step_t(measured_costs)[k2] for k, k2 in
+                               (("mean", "mean"), ("forward_mean", "forward"), ("backward_mean", "backward"))},
+                            "by_tier": by_tier(measured_costs, step_t)},
+        "tflops_total": sum(c.flops_total for c in trained) / 1e12 if measured_costs else None,
+        "server_tflops_total": server_flops / 1e12,
+        "flops_source": "FlopCounterMode on the first step of a client-round, measured once per distinct model "
+                        "shape (architecture, blocks, trainable set, rank, batch shape) and reused for the same "
+                        "shape; scaled by batch size over its steps",
+        "peak_mem_gb": {**mem(measured_costs, peak), "by_tier": by_tier(measured_costs, lambda cs: mem(cs, peak))},
+        "peak_mem_source": mem_source,
+        "accounted_mem_gb": {**mem(measured_costs, lambda c: c.accounted_bytes),
+                             "by_tier": by_tier(measured_costs, lambda cs: mem(cs, lambda c: c.accounted_bytes))},
+        "traffic_mb_per_client_round": {**traffic(costs), "by_tier": by_tier(costs, traffic)},
+        "traffic_mb_total": sum(c.down_bytes + c.up_bytes for c in costs) / MB,
+        "seconds_per_round": _mean(l.seconds for l in logs),
+        "seconds_total": seconds_total,
+        "seconds_per_client_step": client_seconds / steps if steps else None,
+        "server_seconds_total": server_seconds,
+        "client_seconds_total": client_seconds,
+        "round_seconds_total": sum(l.seconds for l in logs),
+        "eval_seconds_total": sum(evals),
+        "eval_seconds_per_round": _mean(evals),
+        "meter_measurements": measured,
+        "meter_reused": reused,
+    }

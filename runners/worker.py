@@ -1,0 +1,177 @@
+"""ClientWorker: one client's round, the only place that touches a model in training.
+
+A worker holds a :class:`ModelPool` (one model per task architecture, never one per
+client) and no client state: it receives a :class:`ClientJob` (the plan, the payload, the
+client's private state and its example indices), loads them into the model of the
+client's architecture, trains with the meters and returns a :class:`ClientResult` (the
+upload, the private state to keep, the cost). Engines run workers in-process (``local``)
+or in other processes (``ray``); a worker built from the same :class:`WorkerSpec` gives
+the same result anywhere, because every random draw of a job comes from the job's seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedbench.errors import UserError
+from fedbench.methods.base import ClientPlan, Method
+from fedbench.runners.adapters import AdapterModel
+from fedbench.runners.meters import ClientCost
+from fedbench.runners.seeds import seed_for
+from fedbench.runners.train import MeterCache, TrainSettings, train_client
+from fedbench.tasks.base import EvalResult, Task, TaskData
+
+
+@dataclass
+class ClientJob:
+    round: int
+    plan: ClientPlan
+    payload: dict[str, torch.Tensor]
+    private: dict[str, torch.Tensor] | None  # None: the client has no state yet (fresh from its architecture)
+    indices: np.ndarray  # its training examples
+    seed: int  # every random draw of the job (batch order, dropout, new adapters)
+
+
+@dataclass
+class ClientResult:
+    client: int
+    upload: dict[str, torch.Tensor]
+    private: dict[str, torch.Tensor]
+    cost: ClientCost
+
+
+@dataclass
+class EvalJob:
+    """Local evaluation of one client's model: the global tensors + its private state."""
+
+    client: int
+    arch: str | None
+    tensors: dict[str, torch.Tensor]
+    private: dict[str, torch.Tensor] | None
+    indices: np.ndarray  # its local test examples (indices into the train split)
+    private_keys: list[str]
+
+
+class ModelPool:
+    """One :class:`AdapterModel` per architecture, built on first use.
+
+    Each architecture is built under its own seed derived from the run seed, so every
+    process builds identical models; the method's extra modules are attached likewise.
+    """
+
+    def __init__(self, task: Task, data: TaskData, lora: tuple[int, float, float, str], seed: int,
+                 device: torch.device):
+        self.task, self.data, self.lora, self.seed, self.device = task, data, lora, seed, device
+        self.method: Method | None = None
+        self._models: dict[str, AdapterModel] = {}
+        self._fresh: dict[tuple[str, str], torch.Tensor] = {}
+
+    @property
+    def default_arch(self) -> str:
+        return self.task.archs()[0]
+
+    def arch(self, arch: str | None) -> str:
+        arch = arch or self.default_arch
+        if arch not in self.task.archs():
+            raise UserError(f"unknown architecture {arch!r} (the task has: {', '.join(self.task.archs())})")
+        return arch
+
+    def set_method(self, method: Method) -> None:
+        self.method = method
+        for arch, am in self._models.items():
+            self._attach(arch, am)
+
+    def get(self, arch: str | None = None) -> AdapterModel:
+        arch = self.arch(arch)
+        if arch not in self._models:
+            self._models[arch] = self._build(arch)
+        return self._models[arch]
+
+    def _build(self, arch: str) -> AdapterModel:
+        r, alpha, dropout, targets = self.lora
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed_for(self.seed, "model", arch))
+            bundle = self.task.build_model(self.data, None if arch == self.default_arch else arch)
+            am = AdapterModel(bundle, r, alpha, dropout, targets, self.device)
+        if self.method is not None:
+            self._attach(arch, am)
+        return am
+
+    def _attach(self, arch: str, am: AdapterModel) -> None:
+        bundle = am.bundle
+        head = bundle.model.get_submodule(bundle.head_modules[-1]) if bundle.head_modules else None
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed_for(self.seed, "extra", arch))
+            am.attach_extra(self.method.extra_modules(head))
+
+    def fresh(self, arch: str | None, keys: list[str]) -> dict[str, torch.Tensor]:
+        """The initial values of ``keys`` in a newly built model of ``arch`` (a client's
+        private state before its first round); cached per architecture and key."""
+        arch = self.arch(arch)
+        missing = [k for k in keys if (arch, k) not in self._fresh]
+        if missing:
+            am = self._build(arch)
+            for k, t in am.read(missing).items():
+                self._fresh[(arch, k)] = t.cpu()
+            del am
+        return {k: self._fresh[(arch, k)] for k in keys}
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs besides the data, picklable (for other processes)."""
+
+    settings: TrainSettings
+    measure: bool
+
+
+class ClientWorker:
+    def __init__(self, pool: ModelPool, method: Method, spec: WorkerSpec):
+        self.pool, self.method, self.spec = pool, method, spec
+        self.meter = MeterCache() if spec.measure else None
+
+    def run(self, job: ClientJob) -> ClientResult:
+        plan, method = job.plan, self.method
+        arch = self.pool.arch(plan.arch)
+        am = self.pool.get(arch)
+        private = job.private
+        if private is None:
+            private = self.pool.fresh(arch, method.private_keys(plan))
+        tensors = {**job.payload, **private}
+        missing = sorted(set(method.model_keys(plan)) - set(tensors))
+        if missing:  # no hidden channel: the client's model may only use what it was sent or keeps
+            raise RuntimeError(f"client {plan.client}'s model uses {len(missing)} tensors it was neither sent nor "
+                               f"keeps, e.g. {missing[0]}")
+        with torch.random.fork_rng(devices=[am.device] if am.device.type == "cuda" else []):
+            torch.manual_seed(job.seed)
+            upload, priv, cost = train_client(am, self.pool.task, method, self.pool.data.train, job.indices, plan,
+                                              tensors, self.spec.settings, np.random.default_rng(job.seed),
+                                              self.meter, arch)
+        return ClientResult(plan.client, upload, priv, cost)
+
+    @torch.no_grad()
+    def evaluate(self, job: EvalJob, test: Any, domains=None, domain_names=None) -> EvalResult:
+        """The model of ``job.arch`` with the global tensors and the client's private state
+        on ``test`` (restricted to ``job.indices`` when ``test`` is None: the client's
+        local test split of the training data)."""
+        am = self.pool.get(job.arch)
+        private = job.private if job.private is not None else self.pool.fresh(job.arch, job.private_keys)
+        tensors = {k: v for k, v in {**job.tensors, **private}.items() if am.has(k)}
+        data = _subset(self.pool.data.train, job.indices) if test is None else test
+        with am.base_overlay(tensors):
+            am.load(tensors)
+            am.model.eval()
+            return self.pool.task.evaluate(am.model, data, am.device, domains, domain_names)
+
+
+def _subset(dataset, idx: np.ndarray):
+    if hasattr(dataset, "subset"):
+        return dataset.subset(idx)
+    return torch.utils.data.Subset(dataset, [int(i) for i in idx])
+
+
+__all__ = ["ClientJob", "ClientResult", "ClientWorker", "EvalJob", "ModelPool", "WorkerSpec"]
