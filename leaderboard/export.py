@@ -2,7 +2,8 @@
 
 ``per="cell"``: one row per (metric, row, setting) cell, with the same statistics as the
 markdown (raw numbers, quality on the displayed scale: x100 for percent metrics) and the
-row's costs. ``per="run"``: one row per ok run, with the row it belongs to. Files:
+row's costs. ``per="run"``: one row per ok run, with the row it belongs to (``final`` as
+recorded, not scaled). Files:
 ``<out>/<task>.<per>.csv`` and ``<out>/<task>.<per>.json`` (a list of the same rows).
 Deterministic: the same records in any order give byte-identical files.
 """
@@ -17,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from fedbench.leaderboard.generate import _SAFE_TASK, ok_sections
+from fedbench.leaderboard.generate import setting_sort_key as setting_key
 from fedbench.leaderboard.render import Fmt
 from fedbench.leaderboard.table import COSTS, pareto_rows, quality_table, row_costs
 from fedbench.runners.records import atomic_write_text, load_records
@@ -31,7 +33,7 @@ def _cost_key(name: str) -> str:
 
 
 def _variant(rk) -> str:
-    return json.dumps(dict(rk.variant), sort_keys=True)
+    return json.dumps({k: json.loads(v) for k, v in rk.variant}, sort_keys=True)
 
 
 def task_rows(task: str, records: list[dict], per: str = "cell") -> list[dict]:
@@ -44,7 +46,8 @@ def task_rows(task: str, records: list[dict], per: str = "cell") -> list[dict]:
         fmt = Fmt(sec.metric)
         base = {"task": task, "metric": sec.metric}
         if per == "run":
-            for r in sec.records:
+            for r in sorted(sec.records, key=lambda r: (sec.row_of(r), setting_key(r["run"]["setting"]),
+                                                        r["run"]["seed"], r["run"]["run_id"])):
                 rk = sec.row_of(r)
                 row = {**base, "row": sec.names[rk], "method": rk.method, "resource_label": rk.label,
                        "variant": _variant(rk), "setting": r["run"]["setting"], "seed": r["run"]["seed"],
