@@ -1,70 +1,61 @@
 """Markdown leaderboards from result records (``fedbench leaderboard``).
 
 One file per task, ``<out_dir>/<task>.md``, in the shape of the Fed-HeLLo main-results
-tables (Tables II-VI): one row per (method, resource label), one quality column per data
-setting, their average, then cost columns.
+tables (Tables II-VI): a quality table (one row per method, resource label and config
+variant; one column per data setting, their average), a cost table, and per-domain tables.
 
 Rules (all deterministic: the same records in any order give byte-identical markdown):
 
 * Only records with ``status == "ok"`` count; the notes say how many were skipped.
-* Records of a task that use different ``results.metric_name`` get one table each.
-* Rows: one per (``run.method``, ``run.resource_label``), sorted by method key, then label
-  (an empty label shows as ``-``).
+* Records of a task that use different ``results.metric_name`` get one section each.
+* Rows: one per (``run.method``, ``run.resource_label``, config variant), see
+  :mod:`fedbench.leaderboard.groups`; runs of different configs are never averaged. Sorted
+  by method key, label (empty shows as ``-``), variant.
 * Setting columns: ``iid`` first, then the other settings sorted as strings.
 * Quality cell: ``results.final``; x100 with 2 decimals for the metrics in
-  :data:`PERCENT_METRICS`, else 4 significant digits. Several runs in one cell (seeds)
-  show ``mean ± std`` with the *sample* standard deviation (ddof=1).
+  :data:`PERCENT_METRICS`, else 4 significant digits. With >= 2 seeds:
+  ``mean ± h (n)``, h the 95% t-based CI half-width; `` † d`` marks a cell significantly
+  behind its column's best (paired t-test over shared seeds, d = mean paired difference);
+  see :mod:`fedbench.leaderboard.table`.
 * ``Avg``: mean of the row's setting-cell means; ``-`` when the row lacks a setting.
 * Best value per setting column and in ``Avg`` is bold (compared as displayed, so ties
   are all bold); lower is better only for the metrics in :data:`LOWER_IS_BETTER`.
-* Cost columns, each the mean over every run of the row (all settings and seeds, nulls
-  ignored): ``TFLOPs/step`` = ``cost.tflops_per_step.mean`` (4 significant digits,
-  ``3.2e-05`` style for tiny models), ``Mem GB`` = ``cost.peak_mem_gb.mean``,
-  ``MB/round`` = ``cost.traffic_mb_per_client_round.total``, ``s/round`` =
-  ``cost.seconds_per_round`` (2 decimals).
-* Settings whose runs report ``results.per_domain`` get a "Per-domain (<setting>)" table:
-  one column per domain (sorted) plus their ``Avg``, same cell rules.
-
-Sums use :func:`math.fsum` (exactly rounded), so the numbers do not depend on record order.
+* Cost table: each column the mean over all of the row's runs (nulls ignored), overall and
+  for the weakest / strongest tier; memory in MB below 1 GB; server cost; Pareto mark on
+  (Avg, weakest tier's TFLOPs/step).
+* Settings whose runs report ``results.per_domain`` get a "Per-domain (<setting>)" table.
+* Plots (``fedbench plot``, ``<out_dir>/<task>/<setting>_*.png``) are linked when present.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
+from fedbench.leaderboard.groups import build_section
+from fedbench.leaderboard.render import LOWER_IS_BETTER, PERCENT_METRICS, Fmt, esc, render_section
 from fedbench.runners.records import atomic_write_text, load_records, validate_record
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "COST_COLUMNS",
     "LOWER_IS_BETTER",
     "PERCENT_METRICS",
+    "REGENERATE",
     "generate",
+    "ok_sections",
+    "plot_links",
     "render_task",
     "setting_sort_key",
 ]
 
-#: Metrics in [0, 1] shown as percent.
-PERCENT_METRICS = frozenset({"top1", "top5", "accuracy", "macro_f1", "micro_f1", "rouge_l", "rouge1", "rouge2"})
-#: Metrics where smaller is better (everything else: larger is better).
-LOWER_IS_BETTER = frozenset({"loss", "perplexity", "ppl", "error", "wer", "cer"})
-#: (column header, path into the record's ``cost``, format).
-COST_COLUMNS = (
-    ("TFLOPs/step", ("tflops_per_step", "mean"), "sig4"),
-    ("Mem GB", ("peak_mem_gb", "mean"), "fix2"),
-    ("MB/round", ("traffic_mb_per_client_round", "total"), "fix2"),
-    ("s/round", ("seconds_per_round",), "fix2"),
-)
-
+#: How the committed tables are regenerated (written into every header).
+REGENERATE = "fedbench leaderboard --records leaderboard/records --out leaderboard"
 _SAFE_TASK = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-_DASH = "-"
 
 
 def setting_sort_key(setting: str) -> tuple[int, str]:
@@ -72,123 +63,18 @@ def setting_sort_key(setting: str) -> tuple[int, str]:
     return (0, "") if setting == "iid" else (1, setting)
 
 
-# --------------------------------------------------------------------------- numbers
-
-
-def _mean(values: Sequence[float]) -> float:
-    return math.fsum(values) / len(values)
-
-
-def _std(values: Sequence[float]) -> float:
-    """Sample standard deviation (ddof=1); needs at least two values."""
-    m = _mean(values)
-    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (len(values) - 1))
-
-
-class _Fmt:
-    """How a metric is displayed: scale and number format."""
-
-    def __init__(self, metric: str):
-        self.percent = metric in PERCENT_METRICS
-        self.scale = 100.0 if self.percent else 1.0
-        self.lower_better = metric in LOWER_IS_BETTER
-
-    def num(self, v: float) -> str:
-        s = f"{v:.2f}" if self.percent else f"{v:.4g}"
-        return _no_neg_zero(s)
-
-    def key(self, v: float) -> float:
-        """The value as displayed, for finding (tied) bests."""
-        return float(self.num(v))
-
-
-def _no_neg_zero(s: str) -> str:
-    return s[1:] if s.startswith("-") and float(s) == 0 else s
-
-
-def _fmt_cost(v: float, how: str) -> str:
-    return _no_neg_zero(f"{v:.4g}" if how == "sig4" else f"{v:.2f}")
-
-
-def _esc(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|")
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def _table(header: list[str], n_text_cols: int, rows: list[list[str]]) -> list[str]:
-    align = [":---"] * n_text_cols + ["---:"] * (len(header) - n_text_cols)
-    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return out
-
-
-def _quality_block(
-    row_keys: list[tuple[str, str]],
-    columns: list[str],
-    cells: dict[tuple[tuple[str, str], str], list[float]],
-    fmt: _Fmt,
-) -> tuple[list[list[str]], bool]:
-    """Quality cells + Avg for each row. Returns the cell strings per row (without the
-    Method/RoC columns) and whether some row's Avg is missing."""
-    means: dict[tuple[tuple[str, str], str], float] = {k: _mean(v) for k, v in cells.items()}
-    avgs: dict[tuple[str, str], float] = {}
-    for rk in row_keys:
-        vals = [means[(rk, c)] for c in columns if (rk, c) in means]
-        if len(vals) == len(columns):
-            avgs[rk] = _mean(vals)
-
-    def best_of(keys: Iterable[float]) -> float | None:
-        keys = list(keys)
-        if not keys:
-            return None
-        return min(keys) if fmt.lower_better else max(keys)
-
-    best = {c: best_of(fmt.key(means[(rk, c)]) for rk in row_keys if (rk, c) in means) for c in columns}
-    best_avg = best_of(fmt.key(a) for a in avgs.values())
-
-    out = []
-    for rk in row_keys:
-        row = []
-        for c in columns:
-            vals = cells.get((rk, c))
-            if not vals:
-                row.append(_DASH)
-                continue
-            text = fmt.num(means[(rk, c)])
-            if len(vals) > 1:
-                text += f" ± {fmt.num(_std(vals))}"
-            if fmt.key(means[(rk, c)]) == best[c]:
-                text = f"**{text}**"
-            row.append(text)
-        if rk in avgs:
-            text = fmt.num(avgs[rk])
-            row.append(f"**{text}**" if fmt.key(avgs[rk]) == best_avg else text)
-        else:
-            row.append(_DASH)
-        out.append(row)
-    return out, len(avgs) < len(row_keys)
-
-
-def _row_key(rec: dict) -> tuple[str, str]:
-    run = rec["run"]
-    return run["method"], (run.get("resource_label") or _DASH)
-
-
-def _cost_value(rec: dict, path: tuple[str, ...]) -> float | None:
-    node = rec["cost"]
-    for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node if isinstance(node, (int, float)) and not isinstance(node, bool) else None
-
-
-def _warn_duplicate_seeds(task: str, metric: str, groups: dict, what: str) -> None:
-    for (rk, col), seeds in sorted(groups.items()):
-        dup = sorted(s for s, n in Counter(seeds).items() if n > 1)
-        if dup:
-            log.warning("%s/%s: %s %s %s has several runs with seed(s) %s; averaging them all",
-                        task, metric, rk[0], rk[1], f"{what} {col}", dup)
+def ok_sections(task: str, records: list[dict]):
+    """(records of ``task``, skipped-status counter, [Section per metric, sorted]). Records
+    must be valid; records of other tasks are ignored."""
+    recs = [r for r in records if r["run"]["task"] == task]
+    for r in recs:
+        validate_record(r)
+    ok = [r for r in recs if r["status"] == "ok"]
+    skipped = Counter(r["status"] for r in recs if r["status"] != "ok")
+    metrics = sorted({r["results"]["metric_name"] for r in ok})
+    sections = [build_section(task, m, [r for r in ok if r["results"]["metric_name"] == m], Fmt(m).scale)
+                for m in metrics]
+    return recs, skipped, sections
 
 
 def _mixed_test_sets(recs: list[dict]) -> list[str]:
@@ -199,115 +85,74 @@ def _mixed_test_sets(recs: list[dict]) -> list[str]:
         idx = r["run"].get("holdout_indices")
         if isinstance(idx, list):
             held[(r["run"]["setting"], r["run"]["seed"])].add(tuple(idx))
-    return [f"{_esc(setting)} seed {seed}" for (setting, seed), sets in sorted(held.items()) if len(sets) > 1]
-
-
-def _metric_section(task: str, metric: str, recs: list[dict], heading_level: int) -> tuple[list[str], bool]:
-    fmt = _Fmt(metric)
-    row_keys = sorted({_row_key(r) for r in recs})
-    settings = sorted({r["run"]["setting"] for r in recs}, key=setting_sort_key)
-
-    cells: dict = defaultdict(list)
-    seeds: dict = defaultdict(list)
-    for r in recs:
-        final = r["results"]["final"]
-        if final is None:
-            continue
-        key = (_row_key(r), r["run"]["setting"])
-        cells[key].append(final * fmt.scale)
-        seeds[key].append(r["run"]["seed"])
-    _warn_duplicate_seeds(task, metric, seeds, "setting")
-
-    quality, avg_missing = _quality_block(row_keys, settings, cells, fmt)
-    costs: dict = defaultdict(lambda: defaultdict(list))
-    for r in recs:
-        for name, path, _ in COST_COLUMNS:
-            v = _cost_value(r, path)
-            if v is not None:
-                costs[_row_key(r)][name].append(v)
-
-    header = ["Method", "RoC"] + [_esc(s) for s in settings] + ["Avg"] + [c[0] for c in COST_COLUMNS]
-    rows = []
-    for rk, q in zip(row_keys, quality):
-        cost_cells = []
-        for name, _, how in COST_COLUMNS:
-            vals = costs[rk][name]
-            cost_cells.append(_fmt_cost(_mean(vals), how) if vals else _DASH)
-        rows.append([_esc(rk[0]), _esc(rk[1])] + q + cost_cells)
-    lines = _table(header, 2, rows)
-
-    # Per-domain tables, one per setting that has per-domain results.
-    for setting in settings:
-        dom_recs = [r for r in recs if r["run"]["setting"] == setting and r["results"]["per_domain"]]
-        if not dom_recs:
-            continue
-        domains = sorted({d for r in dom_recs for d in r["results"]["per_domain"]})
-        d_rows = sorted({_row_key(r) for r in dom_recs})
-        d_cells: dict = defaultdict(list)
-        for r in dom_recs:
-            for d, v in r["results"]["per_domain"].items():
-                d_cells[(_row_key(r), d)].append(v * fmt.scale)
-        d_quality, d_missing = _quality_block(d_rows, domains, d_cells, fmt)
-        avg_missing = avg_missing or d_missing
-        lines += ["", f"{'#' * heading_level} Per-domain ({_esc(setting)})", ""]
-        lines += _table(["Method", "RoC"] + [_esc(d) for d in domains] + ["Avg"], 2,
-                        [[_esc(rk[0]), _esc(rk[1])] + q for rk, q in zip(d_rows, d_quality)])
-    return lines, avg_missing
+    return [f"{esc(setting)} seed {seed}" for (setting, seed), sets in sorted(held.items()) if len(sets) > 1]
 
 
 def _metric_label(metric: str) -> str:
-    fmt = _Fmt(metric)
+    fmt = Fmt(metric)
     unit = "%, " if fmt.percent else ""
     return f"`{metric}` ({unit}{'lower' if fmt.lower_better else 'higher'} is better)"
 
 
-def render_task(task: str, records: list[dict]) -> str:
+def render_task(task: str, records: list[dict], plots: Sequence[str] = ()) -> str:
     """The markdown leaderboard of ``task`` from ``records`` (records of other tasks are
-    ignored). Records must be valid (:func:`~fedbench.runners.records.validate_record`)."""
-    recs = [r for r in records if r["run"]["task"] == task]
-    for r in recs:
-        validate_record(r)
-    ok = [r for r in recs if r["status"] == "ok"]
-    skipped = Counter(r["status"] for r in recs if r["status"] != "ok")
-    metrics = sorted({r["results"]["metric_name"] for r in ok})
-
-    lines = [f"# Leaderboard: {_esc(task)}", ""]
+    ignored). Records must be valid (:func:`~fedbench.runners.records.validate_record`).
+    ``plots``: relative paths of plot images to link."""
+    recs, skipped, sections = ok_sections(task, records)
+    metrics = [sec.metric for sec in sections]
+    gen = (f"Generated by `fedbench leaderboard` from {len(recs)} result records "
+           f"(committed tables: `{REGENERATE}`)")
+    lines = [f"# Leaderboard: {esc(task)}", ""]
     if metrics:
         label = ", ".join(_metric_label(m) for m in metrics)
-        lines.append(f"{'Metric' if len(metrics) == 1 else 'Metrics'}: {label}. "
-                     f"Generated by `fedbench leaderboard` from {len(recs)} result records; do not edit by hand.")
+        lines.append(f"{'Metric' if len(metrics) == 1 else 'Metrics'}: {label}. {gen}; do not edit by hand.")
     else:
-        lines.append(f"Generated by `fedbench leaderboard` from {len(recs)} result records; "
-                     "none finished with status `ok`. Do not edit by hand.")
+        lines.append(f"{gen}; none finished with status `ok`. Do not edit by hand.")
+    if plots:
+        lines += ["", "Plots: " + ", ".join(f"[{esc(Path(p).stem)}]({p})" for p in plots) + "."]
 
-    avg_missing = False
-    for metric in metrics:
+    facts: dict = defaultdict(bool)
+    varying: set = set()
+    for sec in sections:
         lines.append("")
         level = 2
-        if len(metrics) > 1:
-            lines += [f"## {_esc(metric)}", ""]
+        if len(sections) > 1:
+            lines += [f"## {esc(sec.metric)}", ""]
             level = 3
-        section, missing = _metric_section(task, metric, [r for r in ok if r["results"]["metric_name"] == metric],
-                                           level)
+        section, f = render_section(sec, level)
         lines += section
-        avg_missing = avg_missing or missing
+        for k, v in f.items():
+            facts[k] = facts[k] or v
+        varying.update(sec.varying)
 
     notes = []
     if metrics:
         notes += [
             "Quality: `results.final` of each run (the global model; personalised methods report the mean "
-            "of client-local metrics); percentage metrics are shown x100. A cell with several runs (seeds) "
-            "shows mean ± sample standard deviation (ddof=1).",
+            "of client-local metrics); percentage metrics are shown x100. A cell with several seeds shows "
+            "`mean ± h (n)`: the mean over n seeds ± the half-width of its 95% confidence interval, "
+            "t(0.975, n-1) · s / √n with the sample standard deviation s.",
+            f"{DAGGER_NOTE}",
             "**Bold**: best value of each setting column and of Avg (ties are all bold).",
             "Avg: mean over the row's setting columns (per-domain tables: over domains)."
-            + (" `-`: the row has no result for some setting, so no average." if avg_missing else ""),
+            + (" `-`: the row has no result for some setting, so no average." if facts["avg_missing"] else ""),
             "RoC: the run's resource label (`--roc` ratio, `--capacities` list, or `-` for none).",
+            "Rows: one per method, RoC and config variant (method, task and run config except seed, setting, "
+            "resource label and fields that cannot change a result); runs with different configs are never "
+            "averaged: a method with several variants gets one row each, named by the fields that differ, "
+            "e.g. `fedavg (lr=0.01)`."
+            + (f" Run/task config fields that differ between rows: {', '.join(f'`{esc(k)}`' for k in sorted(varying))}."
+               if varying else ""),
             "Costs, each the mean over all of the row's runs (every setting and seed): TFLOPs/step = "
-            "TFLOPs of one client training step (forward + backward); Mem GB = peak memory of one "
-            "client step; MB/round = traffic down + up per client per round; s/round = wall seconds "
-            "per round.",
+            "TFLOPs of one client training step (forward + backward); Mem = peak memory of one client step "
+            "(MB below 1 GB); MB/round = traffic down + up per client per round; `weak` / `strong`: the same "
+            "for the clients of the weakest / strongest resource tier (`-`: that tier does not train); "
+            "s/round = wall seconds per round; Server TFLOPs / Server s = the server's extra work over the "
+            "whole run.",
+            "Pareto ✓: no other row is at least as good on both Avg and weakest-tier TFLOPs/step and "
+            "strictly better on one (rows without either are not compared).",
         ]
-    mixed = _mixed_test_sets(ok)
+    mixed = _mixed_test_sets([r for r in recs if r["status"] == "ok"])
     if mixed:
         log.warning("%s: runs scored on different held-out test examples: %s", task, "; ".join(mixed))
         notes.append("Not strictly comparable: some runs with the same setting and seed were scored on "
@@ -321,20 +166,47 @@ def render_task(task: str, records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generate(records_root: str | os.PathLike, out_dir: str | os.PathLike) -> list[Path]:
+DAGGER_NOTE = (
+    "†: significantly behind the column's best row (the first bold one) by a two-sided paired t-test at the "
+    "5% level over the seeds both have (pairs: same seed, so same data split and initialisation); the "
+    "number after † is the mean paired difference, this row minus the best. Cells with one seed, or with "
+    "fewer than 2 seeds shared with the best, are not tested. (A paired t-test rather than Wilcoxon's "
+    "signed-rank test: with the usual 3-5 seeds the signed-rank test can never reach p < 0.05.)"
+)
+
+
+def plot_links(out_dir: str | os.PathLike, task: str) -> list[str]:
+    """Relative paths (from ``out_dir``) of the plot images of ``task`` that exist, sorted
+    by setting then kind."""
+    folder = Path(out_dir) / task
+    if not folder.is_dir():
+        return []
+    kinds = ("curves", "pareto", "tiers")
+    found = [p for p in folder.glob("*.png") if p.stem.rsplit("_", 1)[-1] in kinds]
+    found.sort(key=lambda p: (p.stem.rsplit("_", 1)[0], kinds.index(p.stem.rsplit("_", 1)[-1])))
+    return [f"{task}/{p.name}" for p in found]
+
+
+def generate(records_root: str | os.PathLike, out_dir: str | os.PathLike, *, plots: bool = False) -> list[Path]:
     """Write ``<out_dir>/<task>.md`` for every task in the records under ``records_root``;
-    returns the written paths, sorted. Files of tasks without records are left alone."""
+    returns the written paths, sorted. Files of tasks without records are left alone.
+    ``plots``: first draw the plots (:func:`fedbench.leaderboard.plots.plot_all`)."""
     records = load_records(records_root)
     by_task: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_task[r["run"]["task"]].append(r)
     out_dir = Path(out_dir)
+    if plots:
+        from fedbench.leaderboard.plots import plot_records
+
+        plot_records(records, out_dir)
     paths = []
     for task in sorted(by_task):
         if not _SAFE_TASK.fullmatch(task):
             log.warning("skipping task %r: not usable as a file name", task)
             continue
-        paths.append(atomic_write_text(out_dir / f"{task}.md", render_task(task, by_task[task])))
+        text = render_task(task, by_task[task], plot_links(out_dir, task))
+        paths.append(atomic_write_text(out_dir / f"{task}.md", text))
     if not paths:
         log.warning("no result records under %s; no leaderboard written", records_root)
     return sorted(paths)

@@ -1,4 +1,4 @@
-"""``fedbench``: list, run, sweep, leaderboard.
+"""``fedbench``: list, run, sweep, leaderboard, plot, export.
 
 Bad input (unknown method/task/setting, malformed --roc, unknown --set keys, ...) ends
 with a one-line ``fedbench: error: ...`` and exit status 2, never a traceback.
@@ -71,9 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", help="records directory (overrides the preset)")
     sw.add_argument("--dry-run", action="store_true", help="list the runs and whether they are done")
     sw.add_argument("--no-progress", action="store_true")
-    lb = sub.add_parser("leaderboard", help="regenerate leaderboard/<task>.md from result records")
+    lb = sub.add_parser("leaderboard", help="write <out>/<task>.md leaderboards from result records "
+                        "(committed tables: --records leaderboard/records --out leaderboard)")
     lb.add_argument("--records", default="results", help="records directory (default: results)")
-    lb.add_argument("--out", default="leaderboard", help="output directory (default: leaderboard)")
+    lb.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
+    lb.add_argument("--plots", action="store_true", help="also draw the plots (needs matplotlib) and link them")
+    pl = sub.add_parser("plot", help="draw learning curves, quality-vs-cost and per-tier cost plots (needs matplotlib)")
+    pl.add_argument("--records", default="results", help="records directory (default: results)")
+    pl.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
+    ex = sub.add_parser("export", help="the leaderboard tables as CSV and JSON")
+    ex.add_argument("--records", default="results", help="records directory (default: results)")
+    ex.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
+    ex.add_argument("--per", choices=["cell", "run"], default="cell", help="one row per cell (default) or per run")
     return p
 
 
@@ -280,15 +289,41 @@ def cmd_sweep(args) -> int:
 
 
 # ------------------------------------------------------------------------ leaderboard
-def cmd_leaderboard(args) -> int:
-    from fedbench.leaderboard.generate import generate
-
-    paths = generate(args.records, args.out)
+def _print_paths(paths, records) -> int:
     for p in paths:
         print(p)
     if not paths:
-        print(f"no records under {args.records}")
+        print(f"no records under {records}")
     return 0
+
+
+def _need_matplotlib() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UserError("plots need matplotlib: pip install 'fedbench-peft[plot]'")
+
+
+def cmd_leaderboard(args) -> int:
+    from fedbench.leaderboard.generate import generate
+
+    if args.plots:
+        _need_matplotlib()
+    return _print_paths(generate(args.records, args.out, plots=args.plots), args.records)
+
+
+def cmd_plot(args) -> int:
+    _need_matplotlib()
+    from fedbench.leaderboard.plots import plot_records
+    from fedbench.runners.records import load_records
+
+    return _print_paths(plot_records(load_records(args.records), args.out), args.records)
+
+
+def cmd_export(args) -> int:
+    from fedbench.leaderboard.export import export
+
+    return _print_paths(export(args.records, args.out, args.per), args.records)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -297,7 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
-        return {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard}[args.cmd](args)
+        return {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
+                "plot": cmd_plot, "export": cmd_export}[args.cmd](args)
     except UserError as e:
         print(f"fedbench: error: {str(e).splitlines()[0] if str(e) else 'bad input'}", file=sys.stderr)
         return 2

@@ -86,10 +86,11 @@ def test_mean_std_best_and_failed_excluded():
     rows = table_rows(text)
     assert list(rows) == [("fed_hello", "6:3:1"), ("fedra", "6:3:1"), ("hetlora", "6:3:1")]
 
-    # fed_hello iid has seeds 0 and 1 with final 0.80 and 0.85: mean ± sample std (ddof=1).
+    # fed_hello iid has seeds 0 and 1 with final 0.80 and 0.85: mean ± 95% CI half-width (n).
     mean = (80.0 + 85.0) / 2
     std = math.sqrt(((80.0 - mean) ** 2 + (85.0 - mean) ** 2) / (2 - 1))
-    assert rows[("fed_hello", "6:3:1")]["iid"] == f"**{mean:.2f} ± {std:.2f}**" == "**82.50 ± 3.54**"
+    half = 12.706205 * std / math.sqrt(2)  # t(0.975, df=1)
+    assert rows[("fed_hello", "6:3:1")]["iid"] == f"**{mean:.2f} ± {half:.2f} (2)**" == "**82.50 ± 31.77 (2)**"
     # fedra iid (0.825, one seed) ties with fed_hello's mean: both bold.
     assert rows[("fedra", "6:3:1")]["iid"] == "**82.50**"
     assert rows[("hetlora", "6:3:1")]["iid"] == "77.33"
@@ -107,11 +108,20 @@ def test_mean_std_best_and_failed_excluded():
     assert "from 7 result records" in text
     assert "Skipped 1 record that did not finish (1 failed)." in text
 
-    # Costs: mean over all of the row's ok runs.
-    fh = rows[("fed_hello", "6:3:1")]
+    # Costs (own table): mean over all of the row's ok runs.
+    costs = table_rows(text.split("## Costs")[1])
+    fh = costs[("fed_hello", "6:3:1")]
     assert fh["TFLOPs/step"] == f"{(2.1e-05 + 2.3e-05 + 2.2e-05) / 3:.4g}" == "2.2e-05"
     assert fh["s/round"] == f"{(0.5 + 0.7 + 0.6) / 3:.2f}"
-    assert rows[("hetlora", "6:3:1")]["TFLOPs/step"] == "3.2e-05"
+    assert costs[("hetlora", "6:3:1")]["TFLOPs/step"] == "3.2e-05"
+    # Per tier: weakest = tier 0 in all three runs; strongest (tier 2) only in iid seed 0.
+    assert fh["TFLOPs/step weak"] == "2.2e-05" and fh["TFLOPs/step strong"] == "6e-05"
+    assert fh["Mem weak"] == "12.4 MB" and fh["Mem strong"] == "1.50 GB"  # MB below 1 GB
+    assert fh["MB/round strong"] == "1.00" and costs[("fedra", "6:3:1")]["MB/round strong"] == "-"
+    assert fh["Server TFLOPs"] == "0.0012" and fh["Server s"] == "0.75"
+    assert costs[("hetlora", "6:3:1")]["Server s"] == "-"
+    # Pareto on (Avg, weakest-tier TFLOPs/step): hetlora has no Avg; fed_hello beats fedra on both.
+    assert [rk for rk, r in costs.items() if r["Pareto"] == "✓"] == [("fed_hello", "6:3:1")]
 
 
 def test_per_domain_tables():
@@ -190,7 +200,8 @@ def test_generate_writes_only_tasks_present(tmp_path):
 @pytest.mark.parametrize("value,shown", [(3.2e-05, "3.2e-05"), (1.62, "1.62"), (0.0012345678, "0.001235"),
                                          (123.456, "123.5")])
 def test_tflops_format(value, shown):
-    assert table_rows(render_task("t", [make(tflops=value)]))[("fedra", "6:3:1")]["TFLOPs/step"] == shown
+    costs = table_rows(render_task("t", [make(tflops=value)]).split("## Costs")[1])
+    assert costs[("fedra", "6:3:1")]["TFLOPs/step"] == shown
 
 
 def test_runs_scored_on_different_test_examples_are_flagged():

@@ -1,0 +1,200 @@
+"""Which runs share a leaderboard row and cell.
+
+A row is one (method, resource label, config variant). The variant is every field of
+``run.method_config``, ``run.task_config`` and the run config that can change a result;
+runs of different variants are never averaged. A cell is (row, setting) and holds one
+value per seed.
+
+* New records carry ``run.run_config`` (every field of the resolved RunConfig); older ones
+  fall back to ``run.lr, rounds, batch_size, optimizer, local_epochs, dynamic`` and
+  ``clients_per_round`` / ``n_clients`` (named ``per_round`` / ``clients`` as in the
+  RunConfig).
+* Not part of the variant: :data:`IGNORED_RUN_FIELDS` (cannot change a result), ``seed``
+  (the cell's samples), ``setting`` (the columns), the resource-label fields
+  :data:`LABEL_FIELDS` (the RoC column) and ``task_config.data_dir``.
+* A field whose value is fixed by the setting within one table (every run of a setting
+  has the same value, e.g. the number of clients of a domain split) only restates the
+  column and is dropped too, so a row is not split across settings by it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from fedbench.leaderboard.stats import mean
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "IGNORED_RUN_FIELDS",
+    "LABEL_FIELDS",
+    "RowKey",
+    "Section",
+    "build_section",
+    "raw_variant",
+    "weak_strong_tiers",
+]
+
+#: RunConfig fields that never change a result.
+IGNORED_RUN_FIELDS = frozenset({"seed", "out", "device", "runner", "workers", "threads", "eval_every",
+                                "measure_flops", "eval_initial"})
+#: Fields shown as the resource label (RoC column) or as the columns.
+LABEL_FIELDS = frozenset({"setting", "roc", "capacities"})
+#: Record ``run`` keys used when a record has no ``run.run_config`` -> RunConfig name.
+FALLBACK_RUN_FIELDS = {"lr": "lr", "rounds": "rounds", "batch_size": "batch_size", "optimizer": "optimizer",
+                       "local_epochs": "local_epochs", "clients_per_round": "per_round", "n_clients": "clients",
+                       "dynamic": "dynamic"}
+_DASH = "-"
+
+Variant = tuple  # sorted ((field name, canonical JSON value), ...)
+
+
+@dataclass(frozen=True, order=True)
+class RowKey:
+    method: str
+    label: str
+    variant: Variant = ()
+
+
+def _canon(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def raw_variant(rec: dict) -> dict[str, str]:
+    """{field: canonical JSON value} of everything in ``rec`` that can change a result.
+    Run fields keep their RunConfig name (``lr``), method and task fields get a prefix
+    (``method.lora_r``, ``task.seq_len``)."""
+    run = rec["run"]
+    out = {}
+    rc = run.get("run_config")
+    if isinstance(rc, dict):
+        items = rc.items()
+    else:
+        items = ((new, run[old]) for old, new in FALLBACK_RUN_FIELDS.items() if old in run)
+    for k, v in items:
+        if k not in IGNORED_RUN_FIELDS and k not in LABEL_FIELDS:
+            out[k] = _canon(v)
+    for k, v in (run.get("method_config") or {}).items():
+        out[f"method.{k}"] = _canon(v)
+    for k, v in (run.get("task_config") or {}).items():
+        if k != "data_dir":
+            out[f"task.{k}"] = _canon(v)
+    return out
+
+
+def _show_value(canon: str) -> str:
+    v = json.loads(canon)
+    if isinstance(v, str):
+        return v
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, list):
+        return ",".join(_show_value(_canon(x)) for x in v)
+    return canon
+
+
+def weak_strong_tiers(rec: dict) -> tuple[str, str]:
+    """Tier ids (as the string keys of ``cost.*.by_tier``) of the weakest and the strongest
+    tier of a run: the smallest and largest ``run.tiers[*].tier`` ("0" without tiers)."""
+    ids = [t["tier"] for t in rec["run"].get("tiers") or []]
+    return (str(min(ids)), str(max(ids))) if ids else ("0", "0")
+
+
+@dataclass
+class Section:
+    """The runs of one task and metric, grouped into rows and cells."""
+
+    task: str
+    metric: str
+    records: list[dict]
+    rows: list[RowKey]
+    names: dict[RowKey, str]  # shown in the Method column
+    settings: list[str]
+    cells: dict = field(default_factory=dict)  # (RowKey, setting) -> {seed: final}
+    runs: dict = field(default_factory=dict)  # RowKey -> [record, ...] (sorted by setting, seed, run_id)
+    varying: list[str] = field(default_factory=list)  # run/task variant fields that differ between rows
+
+    def row_of(self, rec: dict) -> RowKey:
+        return self._row_of[id(rec)]
+
+
+def _row_names(rows: list[RowKey]) -> dict[RowKey, str]:
+    by_ml: dict = defaultdict(list)
+    for rk in rows:
+        by_ml[(rk.method, rk.label)].append(rk)
+    names = {}
+    for group in by_ml.values():
+        if len(group) == 1:
+            names[group[0]] = group[0].method
+            continue
+        dicts = [dict(rk.variant) for rk in group]
+        keys = sorted({k for d in dicts for k in d})
+        differ = [k for k in keys if len({d.get(k) for d in dicts}) > 1]
+        for rk, d in zip(group, dicts):
+            parts = [f"{k}={_show_value(d[k]) if k in d else _DASH}" for k in differ]
+            names[rk] = f"{rk.method} ({', '.join(parts)})"
+    return names
+
+
+def _per_seed(task: str, metric: str, values: dict, what: str) -> dict:
+    """(row, col) -> {seed: mean of that seed's runs}; warns about repeated seeds."""
+    out = {}
+    for key, pairs in values.items():
+        seeds = Counter(s for s, _ in pairs)
+        dup = sorted(s for s, n in seeds.items() if n > 1)
+        if dup:
+            log.warning("%s/%s: %s %s %s has several runs with seed(s) %s; averaging them",
+                        task, metric, key[0].method, key[0].label, f"{what} {key[1]}", dup)
+        out[key] = {s: mean(sorted(v for s2, v in pairs if s2 == s)) for s in sorted(seeds)}
+    return out
+
+
+def build_section(task: str, metric: str, recs: Sequence[dict], scale: float = 1.0) -> Section:
+    """Group the ok records of one task and metric. Quality values are multiplied by ``scale``."""
+    recs = sorted(recs, key=lambda r: (r["run"]["setting"], r["run"]["seed"], r["run"]["run_id"]))
+    raw = [raw_variant(r) for r in recs]
+    # Drop fields fixed by the setting: one value per setting in this table.
+    keys = sorted({k for v in raw for k in v})
+    per_setting: dict = defaultdict(lambda: defaultdict(set))  # field -> setting -> values
+    for r, v in zip(recs, raw):
+        for k in keys:
+            per_setting[k][r["run"]["setting"]].add(v.get(k))
+    fixed = {k for k in keys if all(len(vals) == 1 for vals in per_setting[k].values())}
+    row_of: dict[int, RowKey] = {}
+    for r, v in zip(recs, raw):
+        variant = tuple(sorted((k, val) for k, val in v.items() if k not in fixed))
+        row_of[id(r)] = RowKey(r["run"]["method"], r["run"].get("resource_label") or _DASH, variant)
+    rows = sorted(set(row_of.values()))
+    settings = sorted({r["run"]["setting"] for r in recs}, key=lambda s: (0, "") if s == "iid" else (1, s))
+    varying = sorted({k for rk in rows for k, _ in rk.variant if not k.startswith("method.")
+                      and len({dict(r.variant).get(k) for r in rows}) > 1})
+
+    pairs: dict = defaultdict(list)
+    runs: dict = defaultdict(list)
+    for r in recs:
+        rk = row_of[id(r)]
+        runs[rk].append(r)
+        if r["results"]["final"] is not None:
+            pairs[(rk, r["run"]["setting"])].append((r["run"]["seed"], r["results"]["final"] * scale))
+    sec = Section(task, metric, recs, rows, _row_names(rows), settings,
+                  cells=_per_seed(task, metric, pairs, "setting"), runs=dict(runs), varying=varying)
+    sec._row_of = row_of
+    return sec
+
+
+def per_domain_cells(sec: Section, setting: str, scale: float = 1.0) -> tuple[list[RowKey], list[str], dict]:
+    """Rows, domains and cells ((row, domain) -> {seed: value}) of one setting's per-domain results."""
+    recs = [r for r in sec.records if r["run"]["setting"] == setting and r["results"]["per_domain"]]
+    pairs: dict = defaultdict(list)
+    for r in recs:
+        for d, v in r["results"]["per_domain"].items():
+            pairs[(sec.row_of(r), d)].append((r["run"]["seed"], v * scale))
+    rows = sorted({sec.row_of(r) for r in recs})
+    domains = sorted({d for r in recs for d in r["results"]["per_domain"]})
+    return rows, domains, _per_seed(sec.task, sec.metric, pairs, f"setting {setting} domain")

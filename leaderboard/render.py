@@ -1,0 +1,123 @@
+"""Markdown formatting of one task/metric section: the quality table, the cost table and
+the per-domain tables. Numbers come from :mod:`fedbench.leaderboard.table`."""
+
+from __future__ import annotations
+
+from fedbench.leaderboard.groups import Section, per_domain_cells
+from fedbench.leaderboard.table import COSTS, QualityTable, pareto_rows, quality_table, row_costs
+
+__all__ = ["LOWER_IS_BETTER", "PERCENT_METRICS", "Fmt", "esc", "fmt_cost", "format_cell", "render_section"]
+
+#: Metrics in [0, 1] shown as percent.
+PERCENT_METRICS = frozenset({"top1", "top5", "accuracy", "macro_f1", "micro_f1", "rouge_l", "rouge1", "rouge2"})
+#: Metrics where smaller is better (everything else: larger is better).
+LOWER_IS_BETTER = frozenset({"loss", "perplexity", "ppl", "error", "wer", "cer"})
+DASH = "-"
+DAGGER = "†"
+
+
+class Fmt:
+    """How a metric is displayed: scale and number format."""
+
+    def __init__(self, metric: str):
+        self.percent = metric in PERCENT_METRICS
+        self.scale = 100.0 if self.percent else 1.0
+        self.lower_better = metric in LOWER_IS_BETTER
+
+    def num(self, v: float, signed: bool = False) -> str:
+        s = format(v, ("+" if signed else "") + (".2f" if self.percent else ".4g"))
+        return _no_neg_zero(s)
+
+    def key(self, v: float) -> float:
+        """The value as displayed, for finding (tied) bests."""
+        return float(self.num(v))
+
+
+def _no_neg_zero(s: str) -> str:
+    if s[:1] in "+-" and float(s) == 0:
+        return s[1:]
+    return s
+
+
+def fmt_cost(v: float | None, how: str) -> str:
+    if v is None:
+        return DASH
+    if how == "mem":  # GB in, MB below 1 GB
+        return _no_neg_zero(f"{v * 1000:.4g} MB") if abs(v) < 1 else f"{v:.2f} GB"
+    return _no_neg_zero(f"{v:.4g}" if how == "sig4" else f"{v:.2f}")
+
+
+def esc(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def table(header: list[str], n_text_cols: int, rows: list[list[str]]) -> list[str]:
+    align = [":---"] * n_text_cols + ["---:"] * (len(header) - n_text_cols)
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def format_cell(cell, fmt: Fmt) -> str:
+    """``mean``, or ``mean ± h (n)`` with >= 2 seeds; `` † d`` when significantly behind the
+    column's best (d: mean paired difference to it); bold when best."""
+    if cell is None:
+        return DASH
+    text = fmt.num(cell.mean)
+    if cell.half is not None:
+        text += f" ± {fmt.num(cell.half)} ({cell.n})"
+    if cell.behind:
+        text += f" {DAGGER} {fmt.num(cell.test.mean_diff, signed=True)}"
+    return f"**{text}**" if cell.best else text
+
+
+def _quality_rows(q: QualityTable, fmt: Fmt) -> list[list[str]]:
+    out = []
+    for rk in q.rows:
+        row = [format_cell(q.cells.get((rk, c)), fmt) for c in q.columns]
+        if rk in q.avgs:
+            text = fmt.num(q.avgs[rk])
+            row.append(f"**{text}**" if fmt.key(q.avgs[rk]) == q.best_avg else text)
+        else:
+            row.append(DASH)
+        out.append(row)
+    return out
+
+
+def render_section(sec: Section, level: int) -> tuple[list[str], dict]:
+    """Markdown lines of one section and facts for the notes
+    (``avg_missing``, ``tested``, ``behind``, ``pareto``)."""
+    fmt = Fmt(sec.metric)
+    h = "#" * level
+
+    def name(rk):
+        return [esc(sec.names[rk]), esc(rk.label)]
+
+    q = quality_table(sec.rows, sec.settings, sec.cells, lower_better=fmt.lower_better, key=fmt.key)
+    lines = table(["Method", "RoC"] + [esc(s) for s in sec.settings] + ["Avg"], 2,
+                  [name(rk) + r for rk, r in zip(sec.rows, _quality_rows(q, fmt))])
+    tables = [q]
+
+    costs = row_costs(sec)
+    front = pareto_rows(q, costs, lower_better=fmt.lower_better)
+    lines += ["", f"{h} Costs", ""]
+    lines += table(["Method", "RoC"] + [c[0] for c in COSTS] + ["Pareto"], 2,
+                   [name(rk) + [fmt_cost(costs[rk][n], how) for n, _, how in COSTS] + ["✓" if rk in front else ""]
+                    for rk in sec.rows])
+
+    for setting in sec.settings:
+        rows, domains, cells = per_domain_cells(sec, setting, fmt.scale)
+        if not rows:
+            continue
+        dq = quality_table(rows, domains, cells, lower_better=fmt.lower_better, key=fmt.key)
+        tables.append(dq)
+        lines += ["", f"{h} Per-domain ({esc(setting)})", ""]
+        lines += table(["Method", "RoC"] + [esc(d) for d in domains] + ["Avg"], 2,
+                       [name(rk) + r for rk, r in zip(rows, _quality_rows(dq, fmt))])
+
+    facts = {
+        "avg_missing": any(len(t.avgs) < len(t.rows) for t in tables),
+        "multi_seed": any(c.n > 1 for t in tables for c in t.cells.values()),
+        "behind": any(c.behind for t in tables for c in t.cells.values()),
+        "pareto": bool(front),
+    }
+    return lines, facts

@@ -1,0 +1,74 @@
+"""Plots, CSV/JSON export and the CLI defaults of the leaderboard commands."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from fedbench.leaderboard.export import task_rows
+from fedbench.runners.cli import build_parser, main
+from fedbench.runners.records import load_records
+
+RECORDS = Path(__file__).parent / "fixtures" / "records"
+
+
+def test_plots_render_and_are_linked(tmp_path):
+    pytest.importorskip("matplotlib")
+    from fedbench.leaderboard.generate import generate
+
+    paths = generate(RECORDS, tmp_path, plots=True)
+    names = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.png"))
+    assert names == sorted(f"{t}/{s}_{k}.png" for t, ss in (("tiny_text", ("iid", "20_1.0")),
+                                                             ("tiny_vision", ("domain", "domain+dir_0.5_x5")))
+                           for s in ss for k in ("curves", "pareto", "tiers"))
+    for n in names:
+        assert (tmp_path / n).stat().st_size > 5000
+    text = (tmp_path / "tiny_text.md").read_text()
+    assert "[iid_curves](tiny_text/iid_curves.png)" in text and "(tiny_text/20_1.0_tiers.png)" in text
+    assert str(tmp_path) not in text and paths == sorted(paths)
+
+
+def test_cli_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["plot", "--records", str(RECORDS), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "tiny_text" / "iid_curves.png").exists()
+
+
+@pytest.mark.parametrize("per", ["cell", "run"])
+def test_export_csv_json(tmp_path, per):
+    assert main(["export", "--records", str(RECORDS), "--out", str(tmp_path), "--per", per]) == 0
+    rows = json.loads((tmp_path / f"tiny_text.{per}.json").read_text())
+    with open(tmp_path / f"tiny_text.{per}.csv", newline="") as fh:
+        csv_rows = list(csv.DictReader(fh))
+    assert len(rows) == len(csv_rows) == {"cell": 5, "run": 6}[per]
+    if per == "cell":
+        fh = next(r for r in rows if r["method"] == "fed_hello" and r["setting"] == "iid")
+        assert (fh["n"], fh["seeds"], fh["mean"], fh["best"]) == (2, "0 1", 82.5, True)
+        assert fh["ci95_half"] == pytest.approx(31.765, abs=1e-3)
+        assert fh["cost_tflops_per_step_strong"] == 6e-05 and fh["pareto"] is True
+    else:
+        assert {r["run_id"] for r in rows} == {
+            f"tiny_text-{m}-{s}-s0" for m in ("fed_hello", "fedra") for s in ("iid", "20_1.0")} | {
+            "tiny_text-fed_hello-iid-s1", "tiny_text-hetlora-iid-s0"}
+
+
+def test_export_deterministic():
+    records = load_records(RECORDS)
+    expected = task_rows("tiny_text", records, "cell")
+    shuffled = list(records)
+    random.Random(3).shuffle(shuffled)
+    assert task_rows("tiny_text", shuffled, "cell") == expected
+
+
+def test_leaderboard_defaults_do_not_touch_committed_tables():
+    args = build_parser().parse_args(["leaderboard"])
+    assert (args.records, args.out) == ("results", "results/leaderboard")
+    for cmd in ("plot", "export"):
+        assert build_parser().parse_args([cmd]).out == "results/leaderboard"
+    from fedbench.leaderboard.generate import REGENERATE
+
+    assert REGENERATE == "fedbench leaderboard --records leaderboard/records --out leaderboard"
