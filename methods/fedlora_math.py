@@ -90,7 +90,7 @@ def class_mean_logits(logits: torch.Tensor, y: torch.Tensor, n_classes: int) -> 
 
 
 def class_prototypes(features: torch.Tensor, y: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """FedProto (Tan et al. 2022, Eq. 4): local prototype = mean representation per class, (C, D), counts (C,)."""
+    """FedProto (Tan et al. 2022, Sec. "local prototype"): local prototype = mean representation per class, (C, D), counts (C,)."""
     return class_means(features, y, n_classes)
 
 
@@ -100,8 +100,10 @@ def per_class_average(means: torch.Tensor, counts: torch.Tensor,
 
     ``global[c] = sum_k n_kc m_kc / sum_k n_kc`` with means (K, C, D) and counts (K, C);
     returns (C, D) and the totals (C,); a class no client has stays a zero row, total 0.
-    FedProto Eq. 6 weights by |D_k,c| like this. ``leave_out=k`` drops client k's own
-    contribution: FD's Alg. 1 distils each device towards the others' average.
+    FedProto's aggregation weights each client's prototype by its class size |D_k,c| like
+    this (PFLlib averages unweighted: pass ``(counts > 0)`` as counts for that).
+    ``leave_out=k`` drops client k's own contribution: FD's Alg. 1 distils each device
+    towards the others' average.
     """
     w = counts.to(means.dtype).clone()  # (K, C)
     if leave_out is not None:
@@ -132,7 +134,7 @@ def fd_distill_loss(logits: torch.Tensor, y: torch.Tensor, global_logits: torch.
 # ---------------------------------------------------------------------------- FedProto
 def proto_loss(features: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, proto_counts: torch.Tensor,
                lam: float) -> torch.Tensor:
-    """FedProto (Tan et al. 2022, Eq. 8) regulariser: ``lam * mean_b ||f(x_b) - P_{y_b}||^2``.
+    """FedProto (Tan et al. 2022) regulariser: ``lam * mean_b ||f(x_b) - P_{y_b}||^2``.
 
     Squared L2 summed over the D dims (PFLlib's ``nn.MSELoss`` is this divided by D), over
     examples whose class has a global prototype; 0 if none.
@@ -160,7 +162,7 @@ def _kl_to(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.
 
 def fml_losses(local_logits: torch.Tensor, meme_logits: torch.Tensor, y: torch.Tensor, alpha: float,
                beta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """FML (Shen et al. 2020, Eqs. 3-4): deep mutual learning of the private and meme models.
+    """FML (Shen et al. 2020): deep mutual learning of the private and meme models.
 
     ``L_local = alpha * CE(local, y) + (1 - alpha) * KL(p_meme || p_local)``,
     ``L_meme = beta * CE(meme, y) + (1 - beta) * KL(p_local || p_meme)``; each KL treats
