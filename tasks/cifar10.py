@@ -1,0 +1,101 @@
+"""CIFAR-10 with FedLoRA's Table 1 CNNs (papers/fedlora_model_heterogeneous.txt, Sec. 6.1).
+
+FedLoRA's CIFAR-10 setting: 2 of 10 classes per client, each client's data split 8:1:1
+into train / val / test, CNN-1 for every client (model-homogeneous) or CNN-1..5 by client
+id (model-heterogeneous). Images are fed at 32x32, normalised with CIFAR-10's statistics.
+
+Sources (first that applies):
+
+- ``--data-dir`` holding (or being) the original ``cifar-10-batches-py`` folder (pickled
+  ``data_batch_1``..``5``, ``test_batch``, ``batches.meta``);
+- ``--data-dir`` holding a ``datasets`` ``save_to_disk`` folder (``train`` / ``test``,
+  columns ``img`` and ``label`` as on the hub);
+- no ``--data-dir``: HF ``uoft-cs/cifar10`` (downloaded, or from the HF cache offline).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedbench.config import cfg_field
+from fedbench.errors import UserError
+from fedbench.tasks import TASKS
+from fedbench.tasks.base import TaskData
+from fedbench.tasks.cifar100 import UInt8Images
+from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig
+from fedbench.tasks.image_sources import read_image_source
+
+log = logging.getLogger(__name__)
+
+HF_ID = "uoft-cs/cifar10"
+FOLDER = "cifar-10-batches-py"
+TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)  # CIFAR-10 train set, per channel
+
+
+@dataclass(frozen=True)
+class Cifar10Config(CNNTaskConfig):
+    hf_id: str = cfg_field(HF_ID, "HF dataset id used when no --data-dir is given")
+
+
+def _missing(why: str) -> UserError:
+    return UserError(f"cifar10: {why}; download the original {FOLDER} archive (cifar-10-python.tar.gz from "
+                     f"https://www.cs.toronto.edu/~kriz/cifar.html, unpacked) or HF dataset {HF_ID} "
+                     f"(datasets.load_dataset + save_to_disk) and pass --data-dir <folder>")
+
+
+def _unpickle(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f, encoding="bytes")
+    except (OSError, pickle.UnpicklingError, EOFError) as e:
+        raise _missing(f"cannot read {path} ({e})") from None
+
+
+def _batches(folder: Path, names) -> tuple[np.ndarray, np.ndarray]:
+    xs, ys = [], []
+    for name in names:
+        d = _unpickle(folder / name)
+        if b"data" not in d or b"labels" not in d:
+            raise _missing(f"{folder / name} has no data/labels entries (keys: {sorted(k.decode() for k in d)})")
+        xs.append(np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))  # (n, 3, 32, 32)
+        ys.append(np.asarray(d[b"labels"], dtype=np.int64))
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def read_batches_folder(root: Path) -> tuple[dict, list[str]] | None:
+    """The original pickled batches under ``root`` or ``root/cifar-10-batches-py``; None if absent."""
+    for folder in (root, root / FOLDER):
+        if (folder / "test_batch").is_file() and any((folder / n).is_file() for n in TRAIN_FILES):
+            absent = [n for n in TRAIN_FILES if not (folder / n).is_file()]
+            if absent:
+                raise _missing(f"{folder} lacks {', '.join(absent)}")
+            names = []
+            if (folder / "batches.meta").is_file():
+                names = [n.decode() for n in _unpickle(folder / "batches.meta")[b"label_names"]]
+            return {"train": _batches(folder, TRAIN_FILES), "test": _batches(folder, ["test_batch"])}, names
+    return None
+
+
+@TASKS.register("cifar10", "CIFAR-10, FedLoRA Table 1 CNN-1..5 at 32 px (top-1)")
+class Cifar10(CNNTask):
+    config_cls = Cifar10Config
+
+    def load(self) -> TaskData:
+        splits, names = read_image_source("cifar10", self.config.data_dir, self.config.hf_id, read_batches_folder,
+                                          "img", "label", "RGB", _missing)
+        (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
+        n_classes = max(int(max(ytr.max(), yte.max())) + 1, len(names))
+        log.info("cifar10: %d train / %d test images, %d classes", len(ytr), len(yte), n_classes)
+        return TaskData(
+            train=UInt8Images(torch.from_numpy(xtr), ytr, 32, MEAN, STD),
+            test=UInt8Images(torch.from_numpy(xte), yte, 32, MEAN, STD),
+            train_labels=ytr, n_classes=n_classes,
+            info={"class_names": names, "n_train": len(ytr), "n_test": len(yte), "in_channels": 3, "img_size": 32},
+        )

@@ -1,0 +1,49 @@
+"""Base of the small-image tasks whose models are FedLoRA's Table 1 CNNs (cifar10, fashion_mnist).
+
+Task contract for per-client models: ``archs()`` names the models a client may get
+(``cnn1``..``cnn5``) and ``build_model(data, arch)`` builds one from the loaded data's
+shape (no ``load()`` call: the task holds no data). The "blocks" of the
+:class:`ModelBundle` are the two hidden FC layers (``fc.0`` = FC1, ``fc.1`` = FC2), the
+only layers that exist in every CNN and where FedLoRA puts its adapter (Sec. 4); the
+LoRA profile ``fc`` targets their ``linear``. FC3 (``head``) is the classifier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedbench.config import cfg_field
+from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.cnn import ARCHS, arch_index, cnn
+
+LORA_TARGETS = {"fc": ["linear"]}
+
+
+@dataclass(frozen=True)
+class CNNTaskConfig(TaskConfig):
+    model: str | None = cfg_field(None, "CNN of FedLoRA Table 1 when the method does not pick one per client: "
+                                        "cnn1..cnn5 (None = cnn1)")
+
+    def __post_init__(self) -> None:
+        arch_index(self.model)  # UserError for an unknown name
+
+
+class CNNTask(ClassificationTask):
+    """Classification with a Table 1 CNN; subclasses implement ``load`` and put
+    ``in_channels`` and ``img_size`` (the side fed to the model) in ``TaskData.info``."""
+
+    config_cls = CNNTaskConfig
+    # FedLoRA Sec. 6.1 trains with SGD; its tuned lr / batch size did not survive in the
+    # text we have, so these are the middle of its lr grid and a common batch size.
+    run_defaults = {"optimizer": "sgd", "lr": 0.01, "batch_size": 64}
+
+    def archs(self) -> tuple[str, ...]:
+        return ARCHS
+
+    def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
+        model = cnn(arch_index(arch or self.config.model), data.info["in_channels"], data.n_classes,
+                    data.info["img_size"])
+        return ModelBundle(model, "fc", dict(LORA_TARGETS), ["head"], default_target="fc")
+
+    def forward(self, model, batch):
+        return model(batch["x"])  # (B, n_classes)

@@ -1,0 +1,136 @@
+"""Fashion-MNIST with FedLoRA's Table 1 CNNs: a real-data CPU stand-in for its CIFAR-10 setting.
+
+10 classes, 60,000 train / 10,000 test 28x28 grayscale images (../shared/data/fashion-mnist).
+The 28x28 images are zero-padded to 32x32 (2 px of black background per side, as LeNet-5
+fed MNIST) and the CNNs take ``in_channels=1``; every later layer has Table 1's dimensions
+(see :mod:`fedbench.tasks.cnn`). Normalised with the train set's mean/std.
+
+Sources (first that applies):
+
+- ``--data-dir`` holding the original IDX files (``train-images-idx3-ubyte[.gz]``,
+  ``train-labels-idx1-ubyte[.gz]``, ``t10k-images-idx3-ubyte[.gz]``,
+  ``t10k-labels-idx1-ubyte[.gz]``), directly or in torchvision's ``FashionMNIST/raw/``;
+- ``--data-dir`` holding a ``datasets`` ``save_to_disk`` folder (columns ``image``, ``label``);
+- no ``--data-dir``: HF ``zalando-datasets/fashion_mnist`` (downloaded, or from the HF cache).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedbench.config import cfg_field
+from fedbench.errors import UserError
+from fedbench.tasks import TASKS
+from fedbench.tasks.base import TaskData
+from fedbench.tasks.cifar100 import UInt8Images
+from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig
+from fedbench.tasks.image_sources import read_image_source
+
+log = logging.getLogger(__name__)
+
+HF_ID = "zalando-datasets/fashion_mnist"
+CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+               "Ankle boot"]
+FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+         "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049  # 0x0803: uint8, 3 dims; 0x0801: uint8, 1 dim
+PAD = 2  # 28 + 2 * 2 = 32, Table 1's input side
+MEAN, STD = (0.2860,), (0.3530,)  # Fashion-MNIST train set, pixel values in [0, 1]
+
+
+@dataclass(frozen=True)
+class FashionMnistConfig(CNNTaskConfig):
+    hf_id: str = cfg_field(HF_ID, "HF dataset id used when no --data-dir is given")
+
+
+def _missing(why: str) -> UserError:
+    return UserError(f"fashion_mnist: {why}; download the four original IDX files (train-images-idx3-ubyte.gz, "
+                     f"train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz from "
+                     f"https://github.com/zalandoresearch/fashion-mnist) into one folder, or HF dataset {HF_ID} "
+                     f"(datasets.load_dataset + save_to_disk), and pass --data-dir <folder>")
+
+
+def read_idx(path: Path, magic: int) -> np.ndarray:
+    """An IDX file (optionally gzipped) as a uint8 array of its header's dims.
+
+    Header, big-endian: two zero bytes, the element type (0x08 = uint8), the number of
+    dims, then one int32 per dim; ``magic`` = (type << 8) | dims, e.g. 2051 for images.
+    """
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise UserError(f"fashion_mnist: cannot read {path} ({e})") from None
+    if len(raw) < 4 or int.from_bytes(raw[:4], "big") != magic:
+        found = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else None
+        raise UserError(f"fashion_mnist: {path} is not an IDX file with magic {magic} (found {found})")
+    n_dims = magic & 0xFF
+    head = 4 + 4 * n_dims
+    dims = tuple(int(d) for d in np.frombuffer(raw[4:head], dtype=">i4")) if len(raw) >= head else ()
+    if len(dims) != n_dims or len(raw) - head != int(np.prod(dims)):
+        raise UserError(f"fashion_mnist: {path} is truncated or padded: header dims {dims}, "
+                        f"{len(raw) - head} data bytes")
+    return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(dims)
+
+
+def _find(folder: Path, name: str) -> Path | None:
+    for p in (folder / name, folder / f"{name}.gz"):
+        if p.is_file():
+            return p
+    return None
+
+
+def read_idx_folder(root: Path) -> tuple[dict, list[str]] | None:
+    """The four IDX files under ``root`` or ``root/FashionMNIST/raw``; None if none is there."""
+    for folder in (root, root / "FashionMNIST" / "raw"):
+        paths = {n: _find(folder, n) for pair in FILES.values() for n in pair}
+        if not any(paths.values()):
+            continue
+        absent = [n for n, p in paths.items() if p is None]
+        if absent:
+            raise _missing(f"{folder} lacks {', '.join(absent)}[.gz]")
+        out = {}
+        for split, (img_name, lbl_name) in FILES.items():
+            x = read_idx(paths[img_name], IMAGES_MAGIC)  # (N, 28, 28)
+            y = read_idx(paths[lbl_name], LABELS_MAGIC).astype(np.int64)  # (N,)
+            if len(x) != len(y):
+                raise UserError(f"fashion_mnist: {paths[img_name]} has {len(x)} images but "
+                                f"{paths[lbl_name]} has {len(y)} labels")
+            out[split] = (x[:, None], y)  # (N, 1, 28, 28)
+        return out, list(CLASS_NAMES)
+    return None
+
+
+def pad_to_32(x: np.ndarray) -> np.ndarray:
+    """(N, 1, 28, 28) uint8 -> (N, 1, 32, 32), zeros (background) around."""
+    return np.pad(x, ((0, 0), (0, 0), (PAD, PAD), (PAD, PAD)))
+
+
+@TASKS.register("fashion_mnist", "Fashion-MNIST, FedLoRA Table 1 CNN-1..5, 28 px zero-padded to 32 (top-1)")
+class FashionMnist(CNNTask):
+    config_cls = FashionMnistConfig
+
+    def load(self) -> TaskData:
+        splits, names = read_image_source("fashion_mnist", self.config.data_dir, self.config.hf_id, read_idx_folder,
+                                          "image", "label", "L", _missing)
+        (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
+        if xtr.shape[-1] == 28:
+            xtr, xte = pad_to_32(xtr), pad_to_32(xte)
+        side = xtr.shape[-1]
+        n_classes = max(int(max(ytr.max(), yte.max())) + 1, len(names))
+        log.info("fashion_mnist: %d train / %d test images, %d classes, fed at %d px", len(ytr), len(yte),
+                 n_classes, side)
+        return TaskData(
+            train=UInt8Images(torch.from_numpy(xtr), ytr, side, MEAN, STD),
+            test=UInt8Images(torch.from_numpy(xte), yte, side, MEAN, STD),
+            train_labels=ytr, n_classes=n_classes,
+            info={"class_names": names or list(CLASS_NAMES), "n_train": len(ytr), "n_test": len(yte),
+                  "in_channels": 1, "img_size": side},
+        )

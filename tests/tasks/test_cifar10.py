@@ -1,0 +1,99 @@
+"""cifar10: tiny ``cifar-10-batches-py`` pickles and a ``save_to_disk`` folder (HF schema
+``img`` / ``label``), every Table 1 CNN built from the loaded data, the error messages."""
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedbench.errors import UserError
+from fedbench.tasks.cifar10 import MEAN, STD, Cifar10, Cifar10Config
+
+NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+def images(n, seed):
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 10
+    return rng.integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8), y  # (n, 32, 32, 3), labels
+
+
+def write_batches(root: Path, per_batch=3, n_test=4) -> Path:
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    files = [(f"data_batch_{i}", per_batch, i) for i in range(1, 6)] + [("test_batch", n_test, 9)]
+    for name, n, seed in files:
+        x, y = images(n, seed)
+        blob = {b"batch_label": name.encode(), b"labels": y.tolist(), b"data": x.transpose(0, 3, 1, 2).reshape(n, -1),
+                b"filenames": [b"f.png"] * n}
+        with open(folder / name, "wb") as f:
+            pickle.dump(blob, f)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": [n.encode() for n in NAMES], b"num_vis": 3072}, f)
+    return root
+
+
+def test_batches_folder_loads_and_normalises(tmp_path):
+    data = Cifar10(Cifar10Config(data_dir=str(write_batches(tmp_path)))).load()
+    assert (len(data.train), len(data.test), data.n_classes) == (15, 4, 10)
+    assert data.info["class_names"] == NAMES and data.info["in_channels"] == 3
+    x1, y1 = images(3, 1)  # data_batch_1 comes first
+    b = data.train.batch([0, 1, 2])
+    assert b["x"].shape == (3, 3, 32, 32) and b["y"].tolist() == y1.tolist()
+    expect = (torch.from_numpy(x1).permute(0, 3, 1, 2).float() / 255 - torch.tensor(MEAN)[:, None, None]) \
+        / torch.tensor(STD)[:, None, None]
+    assert torch.allclose(b["x"], expect, atol=1e-5)
+    assert data.train_labels.tolist() == [i % 10 for i in range(3)] * 5
+
+
+def test_folder_itself_and_missing_batch(tmp_path):
+    root = write_batches(tmp_path)
+    assert len(Cifar10(Cifar10Config(data_dir=str(root / "cifar-10-batches-py"))).load().test) == 4
+    (root / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(UserError, match="lacks data_batch_3"):
+        Cifar10(Cifar10Config(data_dir=str(root))).load()
+
+
+def test_save_to_disk(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    feats = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(names=NAMES)})
+    splits = {}
+    for split, n, seed in (("train", 10, 0), ("test", 4, 1)):
+        x, y = images(n, seed)
+        splits[split] = datasets.Dataset.from_dict({"img": [Image.fromarray(a) for a in x], "label": y.tolist()},
+                                                   features=feats)
+    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "hf"))
+    data = Cifar10(Cifar10Config(data_dir=str(tmp_path / "hf"))).load()
+    assert (len(data.train), len(data.test), data.info["class_names"]) == (10, 4, NAMES)
+    x0 = images(10, 0)[0][0]
+    raw = data.train.images[0]  # (3, 32, 32) uint8 as stored
+    assert torch.equal(raw, torch.from_numpy(x0).permute(2, 0, 1))
+
+
+def test_every_arch_builds_from_data(tmp_path):
+    data = Cifar10(Cifar10Config(data_dir=str(write_batches(tmp_path)))).load()
+    task = Cifar10(Cifar10Config())
+    x = data.test.batch([0, 1])["x"]
+    fc1 = {"cnn1": 2000, "cnn2": 2000, "cnn3": 1000, "cnn4": 800, "cnn5": 500}
+    for arch in task.archs():
+        model = task.build_model(data, arch).model
+        assert model(x).shape == (2, 10) and model.features(x).shape == (2, 500)
+        assert model.fc[0].linear.out_features == fc1[arch] and model.convs[0].in_channels == 3
+    assert task.forward(task.build_model(data).model, {"x": x}).shape == (2, 10)
+    loss, logits = task.loss(task.build_model(data, "cnn2").model, data.train.batch([0, 1, 2]))
+    loss.backward()
+    assert logits.shape == (3, 10) and torch.isfinite(loss)
+
+
+def test_missing_data_messages(tmp_path):
+    with pytest.raises(UserError, match="cifar-10-batches-py.*--data-dir"):
+        Cifar10(Cifar10Config(data_dir=str(tmp_path))).load()
+    with pytest.raises(UserError, match="not a folder"):
+        Cifar10(Cifar10Config(data_dir=str(tmp_path / "nowhere"))).load()
+    with pytest.raises(UserError) as e:  # tests run with HF_HUB_OFFLINE=1 and an empty cache
+        Cifar10(Cifar10Config(hf_id="no-such-org/no-such-cifar")).load()
+    assert "\n" not in str(e.value) and "hub cannot be reached" in str(e.value) and "uoft-cs/cifar10" in str(e.value)
