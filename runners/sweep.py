@@ -10,6 +10,7 @@ training of the first ones.
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -147,9 +148,28 @@ def load_sweep(path: str | Path, out: str | None = None) -> list[dict]:
         try:
             _, _, run_cfg, _, _ = validate_run(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
         except UserError as e:
-            raise UserError(f"preset {path}: run {_short(r)}: {e}") from None
+            key = _preset_key(preset, r, str(e))
+            raise UserError(f"preset {path}: {f'key {key!r}, ' if key else ''}run {_short(r)}: {e}") from None
         r["out_dir"] = run_cfg.out
     return runs
+
+
+def _preset_key(preset: dict, r: dict, message: str) -> str | None:
+    """The preset key a run's config error comes from, from the field it names."""
+    m = re.search(r"\b(run|method|task)\.(\w+)", message)
+    if m is None:
+        return "settings" if "setting" in message else None
+    section, name = m.groups()
+    if section == "task":
+        return "task_config"
+    if section == "method":
+        mcfg = preset.get("method_config") or {}
+        return f"method_config.{r['method']}" if name in (mcfg.get(r["method"]) or {}) else "method_config.all"
+    if name in ("seed", "setting"):
+        return name + "s"
+    if any(name in (res or {}) for res in preset.get("resources") or []):
+        return "resources"
+    return "run"
 
 
 def _fmt(v: Any) -> str:
