@@ -197,10 +197,21 @@ def load_yaml_config(path: str) -> dict[str, dict[str, Any]]:
     except FileNotFoundError:
         raise UserError(f"config file not found: {path}") from None
     except yaml.YAMLError as e:
-        raise UserError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise UserError(f"config file {path} is not valid YAML: {yaml_error_line(e)}") from None
     if not isinstance(data, dict):
         raise UserError(f"config file {path}: expected a mapping with sections {', '.join(SECTIONS)}")
     bad = [k for k in data if k not in SECTIONS]
     if bad:
         raise UserError(f"config file {path}: unknown section {bad[0]!r} (valid: {', '.join(SECTIONS)})")
+    for s in SECTIONS:
+        if data.get(s) is not None and not isinstance(data[s], dict):
+            raise UserError(f"config file {path}: section {s!r} must be a mapping of fields, got {data[s]!r}")
     return {s: dict(data.get(s) or {}) for s in SECTIONS}
+
+
+def yaml_error_line(e: Exception) -> str:
+    """``line N: problem`` of a YAML error (PyYAML's message spans several lines)."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"line {mark.line + 1}: " if mark is not None else ""
+    what = getattr(e, "problem", None) or (str(e).splitlines() or ["bad YAML"])[0]
+    return f"{where}{what}"

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from fedbench.config import yaml_error_line
 from fedbench.errors import UserError
 
 #: key -> what it holds (for messages)
@@ -44,10 +45,7 @@ def load_preset(path: str | Path) -> dict:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        what = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise UserError(f"preset {path} is not valid YAML: {where}{what}") from None
+        raise UserError(f"preset {path} is not valid YAML: {yaml_error_line(e)}") from None
     if data is None:
         raise UserError(f"preset {path} is empty: it needs at least `task` and `methods`")
     if not isinstance(data, dict):

@@ -109,6 +109,18 @@ def test_out_not_a_directory(where, capsys, tmp_path):
     _one_line_error(RUN + ["--out", str(out), "--no-progress"], f"output directory {out} {expected}", capsys)
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("run: {rounds: [1\n", "is not valid YAML: line 2: "),
+    ("run: 5\n", "section 'run' must be a mapping of fields, got 5"),
+    ("runn: {}\n", "unknown section 'runn'"),
+], ids=["yaml", "section_type", "section_name"])
+def test_bad_config_file(text, expected, capsys, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    err = _one_line_error(RUN + ["--config", str(cfg), "--no-progress"], expected, capsys)
+    assert str(cfg) in err
+
+
 # ------------------------------------------------------------------------------ sweeps
 SMALL = "task_config: {n_train: 160, n_test: 48}\nrun: {rounds: 1, clients: 2}\n"
 
