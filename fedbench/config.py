@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, Mapping
@@ -25,8 +26,40 @@ def cfg_field(default: Any, help: str, **kw: Any) -> Any:
     return dataclasses.field(default=default, metadata={"help": help}, **kw)
 
 
+class FieldError(UserError):
+    """A config field holding a value outside what it allows.
+
+    Raised by a config's ``__post_init__`` (through :func:`check`); :func:`build_config`
+    prefixes the field with its section, giving one line such as
+    ``bad value -1 for run.seed: must be >= 0``.
+    """
+
+    def __init__(self, name: str, value: Any, allowed: str):
+        self.name, self.value, self.allowed = name, value, allowed
+        super().__init__(f"bad value {_show(value)} for {name}: {allowed}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return repr(",".join(map(str, value)))
+    return repr(value)
+
+
+def check(cfg: Any, name: str, ok: bool, allowed: str) -> None:
+    """In a config's ``__post_init__``: fail with :class:`FieldError` unless ``ok``.
+
+    ``allowed`` says what the field accepts, e.g. ``"must be >= 1"``.
+    """
+    if not ok:
+        raise FieldError(name, getattr(cfg, name), allowed)
+
+
 def _coerce(value: Any, tp: Any, name: str) -> Any:
-    """Turn a YAML / command-line value into the field's declared type."""
+    """Turn a YAML / command-line value into the field's declared type.
+
+    Booleans are not numbers, floats must be finite (NaN and infinity are refused for
+    every float field), lists accept ``a,b,c`` strings and single values.
+    """
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
@@ -35,15 +68,16 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             if type(None) in args:
                 return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _coerce(value, inner[0], name)
         errors = []
-        for a in args:
-            if a is type(None):
-                continue
+        for a in inner:
             try:
                 return _coerce(value, a, name)
             except (UserError, ValueError, TypeError) as e:
                 errors.append(str(e))
-        raise UserError(f"bad value {value!r} for {name}: {errors[0] if errors else 'wrong type'}")
+        raise UserError(errors[0] if errors else f"bad value {value!r} for {name}: wrong type")
     if origin is typing.Literal:
         if value not in args:
             raise UserError(f"bad value {value!r} for {name}; choose from {', '.join(map(str, args))}")
@@ -51,6 +85,10 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     if origin in (list, tuple):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v.strip() != ""]
+        elif isinstance(value, dict):
+            raise UserError(f"bad value {value!r} for {name}: expected a list")
+        elif not isinstance(value, (list, tuple)):
+            value = [value]
         inner = args[0] if args else Any
         out = [_coerce(v, inner, name) for v in value]
         return tuple(out) if origin is tuple else out
@@ -62,15 +100,23 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
             return False
         raise UserError(f"bad value {value!r} for {name}: expected true/false")
-    if tp in (int, float, str):
+    if tp is str:
+        if isinstance(value, (list, tuple, dict, set)) or value is None:
+            raise UserError(f"bad value {value!r} for {name}: expected a string")
+        return str(value)
+    if tp in (int, float):
+        expected = "an integer" if tp is int else "a number"
+        if isinstance(value, bool) or value is None:
+            raise UserError(f"bad value {value!r} for {name}: expected {expected}")
         try:
             if tp is int and isinstance(value, float) and not value.is_integer():
                 raise ValueError
-            if tp is int and isinstance(value, str):
-                return int(value)
-            return tp(value)
-        except (TypeError, ValueError):
-            raise UserError(f"bad value {value!r} for {name}: expected {tp.__name__}") from None
+            out = int(value.strip()) if tp is int and isinstance(value, str) else tp(value)
+        except (TypeError, ValueError, OverflowError):
+            raise UserError(f"bad value {value!r} for {name}: expected {expected}") from None
+        if tp is float and not math.isfinite(out):
+            raise UserError(f"bad value {value!r} for {name}: must be a finite number (not NaN or infinity)")
+        return out
     return value
 
 
@@ -91,7 +137,16 @@ def build_config(cls: type, values: Mapping[str, Any] | None = None, section: st
     kwargs = {k: _coerce(v, hints[k], f"{section}.{k}" if section else k) for k, v in values.items()}
     try:
         return cls(**kwargs)
+    except FieldError as e:
+        raise FieldError(f"{section}.{e.name}" if section else e.name, e.value, e.allowed) from None
+    except UserError:
+        raise
     except (ValueError, TypeError) as e:
+        msg = str(e)
+        name = msg.split(" ", 1)[0]
+        if name in kwargs and " " in msg:  # "lora_r must be >= 1": name the value too
+            where = f"{section}.{name}" if section else name
+            raise UserError(f"bad value {_show(kwargs[name])} for {where}: {msg.split(' ', 1)[1]}") from None
         raise UserError(f"invalid {section or cls.__name__} config: {e}") from None
 
 
@@ -142,10 +197,21 @@ def load_yaml_config(path: str) -> dict[str, dict[str, Any]]:
     except FileNotFoundError:
         raise UserError(f"config file not found: {path}") from None
     except yaml.YAMLError as e:
-        raise UserError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise UserError(f"config file {path} is not valid YAML: {yaml_error_line(e)}") from None
     if not isinstance(data, dict):
         raise UserError(f"config file {path}: expected a mapping with sections {', '.join(SECTIONS)}")
     bad = [k for k in data if k not in SECTIONS]
     if bad:
         raise UserError(f"config file {path}: unknown section {bad[0]!r} (valid: {', '.join(SECTIONS)})")
+    for s in SECTIONS:
+        if data.get(s) is not None and not isinstance(data[s], dict):
+            raise UserError(f"config file {path}: section {s!r} must be a mapping of fields, got {data[s]!r}")
     return {s: dict(data.get(s) or {}) for s in SECTIONS}
+
+
+def yaml_error_line(e: Exception) -> str:
+    """``line N: problem`` of a YAML error (PyYAML's message spans several lines)."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"line {mark.line + 1}: " if mark is not None else ""
+    what = getattr(e, "problem", None) or (str(e).splitlines() or ["bad YAML"])[0]
+    return f"{where}{what}"

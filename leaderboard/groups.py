@@ -71,7 +71,7 @@ def raw_variant(rec: dict) -> dict[str, str]:
     run = rec["run"]
     out = {}
     rc = run.get("run_config")
-    if isinstance(rc, dict):
+    if isinstance(rc, dict) and rc:  # an empty one: a record whose runner did not fill it
         items = rc.items()
     else:
         items = ((new, run[old]) for old, new in FALLBACK_RUN_FIELDS.items() if old in run)

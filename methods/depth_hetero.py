@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, extra_module, weighted_mean_by_key
@@ -45,8 +45,7 @@ class InclusiveFLConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.beta < 0:
-            raise ValueError("beta must be >= 0")
+        check(self, "beta", self.beta >= 0, "must be a number >= 0 (0 = no momentum distillation)")
 
 
 @METHODS.register("inclusivefl", "InclusiveFL: prefix depth per tier, per-layer owner averaging, momentum distillation")
@@ -114,10 +113,9 @@ class DepthFLConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.group_size < 1:
-            raise ValueError("group_size must be >= 1")
-        if self.kd_rampup_rounds is not None and self.kd_rampup_rounds < 1:
-            raise ValueError("kd_rampup_rounds must be >= 1")
+        check(self, "group_size", self.group_size >= 1, "must be an integer >= 1")
+        check(self, "kd_rampup_rounds", self.kd_rampup_rounds is None or self.kd_rampup_rounds >= 1,
+              "must be an integer >= 1 (or none: the run's rounds)")
 
 
 def kd_weight(t: int, total: int) -> float:

@@ -47,7 +47,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodConfig, MethodState, weighted_mean_by_key
 
@@ -72,10 +72,9 @@ class FedHelloBaseConfig(MethodConfig):
     )
 
     def __post_init__(self) -> None:
-        if self.lora_r is not None and self.lora_r < 1:
-            raise ValueError("lora_r must be >= 1")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError("lora_dropout must be in [0, 1)")
+        check(self, "lora_r", self.lora_r is None or self.lora_r >= 1, "must be an integer >= 1 (or none: the paper's)")
+        check(self, "lora_alpha", self.lora_alpha > 0, "must be a number > 0")
+        check(self, "lora_dropout", 0.0 <= self.lora_dropout < 1.0, "must be in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -92,10 +91,9 @@ class FedHelloFIMConfig(FedHelloBaseConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.t_fim is not None and self.t_fim < 1:
-            raise ValueError("t_fim must be >= 1")
-        if self.proxy_size is not None and self.proxy_size < 1:
-            raise ValueError("proxy_size must be >= 1 (FIM-HLA needs a proxy set)")
+        check(self, "t_fim", self.t_fim is None or self.t_fim >= 1, "must be an integer >= 1")
+        check(self, "proxy_size", self.proxy_size is None or self.proxy_size >= 1,
+              "must be an integer >= 1 (FIM-HLA needs a proxy set) or none (all held-out examples)")
 
 
 @dataclass(frozen=True)
@@ -108,8 +106,7 @@ class FedHelloConfig(FedHelloFIMConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.t_rgd is not None and self.t_rgd < 0:
-            raise ValueError("t_rgd must be >= 0")
+        check(self, "t_rgd", self.t_rgd is None or self.t_rgd >= 0, "must be an integer >= 0 (or none: the paper's)")
 
 
 # ---------------------------------------------------------------------- allocation math

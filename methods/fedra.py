@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, Method, MethodConfig, weighted_mean_by_key, MethodState
 
@@ -43,6 +43,10 @@ class FedRAConfig(MethodConfig):
     weighting: Literal["examples", "uniform"] = cfg_field("examples", "aggregation weights per client")
     max_redraws: int = cfg_field(100, "bound on allocation redraws for coverage='redraw'")
     count_frozen_blocks: bool = cfg_field(False, "count the frozen weights of the chosen blocks in down traffic")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "max_redraws", self.max_redraws >= 1, "must be an integer >= 1")
 
 
 def allocation_matrix(budgets: list[int], n_layers: int, rng: np.random.Generator) -> np.ndarray:

@@ -33,7 +33,7 @@ from typing import Literal, Mapping, Sequence
 import torch
 from peft.tuners.lora import LoraLayer
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, ClientUpdate, Method, MethodConfig, MethodState, weighted_mean_by_key
@@ -213,10 +213,8 @@ class HetLoRAConfig(RankConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.reg_lambda < 0:
-            raise ValueError("reg_lambda must be >= 0")
-        if not 0 < self.reg_gamma <= 1:
-            raise ValueError("reg_gamma must be in (0, 1]")
+        check(self, "reg_lambda", self.reg_lambda >= 0, "must be a number >= 0 (0 = off)")
+        check(self, "reg_gamma", 0 < self.reg_gamma <= 1, "must be in (0, 1]")
 
 
 @METHODS.register("hetlora", "HETLoRA: clients train the leading r_i rank components; zero-padded per-component averaging")

@@ -1,14 +1,15 @@
 """``fedbench``: list, run, sweep, leaderboard, plot, export.
 
-Bad input (unknown method/task/setting, malformed --roc, unknown --set keys, ...) ends
-with a one-line ``fedbench: error: ...`` and exit status 2, never a traceback.
+Bad input (unknown method/task/setting, malformed --roc, unknown --set keys, a value out
+of range, an unwritable --out, an invalid sweep preset, ...) ends with a one-line
+``fedbench: error: ...`` and exit status 2, never a traceback, and before anything is
+trained: every config is validated (``runners/config.py: validate_run``) and the output
+directory created and checked first.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
 import logging
 import os
 import sys
@@ -122,16 +123,12 @@ def gather_configs(args) -> tuple[dict, dict, dict]:
         value = getattr(args, name, None)
         if value is not None:
             cfg["run"][name] = value
-    if getattr(args, "data_dir", None):
+    if getattr(args, "data_dir", None) is not None:
         cfg["task"]["data_dir"] = args.data_dir
-    if getattr(args, "model", None):
+    if getattr(args, "model", None) is not None:
         cfg["task"]["model"] = args.model
     for s, v in parse_overrides(args.set).items():
         cfg[s].update(v)
-    if cfg["run"].get("roc"):
-        from fedbench.runners.tiers import parse_roc
-
-        parse_roc(str(cfg["run"]["roc"]))
     return cfg["run"], cfg["method"], cfg["task"]
 
 
@@ -215,64 +212,32 @@ def execute(method: str, task: str, run: dict, method_cfg: dict, task_cfg: dict,
 
 
 def cmd_run(args) -> int:
+    from fedbench.runners.config import validate_run
+    from fedbench.runners.records import prepare_out_dir
+
     run, method_cfg, task_cfg = gather_configs(args)
+    run_cfg = validate_run(args.method, args.task, run, method_cfg, task_cfg)[2]
+    prepare_out_dir(run_cfg.out)
     rec, path = execute(args.method, args.task, run, method_cfg, task_cfg, not args.no_progress)
     print(summary_line(rec, path))
     return {"ok": 0, "failed": 1, "cancelled": 130}[rec["status"]]
 
 
 # ----------------------------------------------------------------------------- sweep
-def expand_sweep(preset: dict) -> list[dict]:
-    """A preset's runs: methods x settings x resources x seeds.
-
-    Keys: ``task`` (required), ``methods`` (list), ``settings`` (list, default [iid]),
-    ``resources`` (list of {roc: ...} / {capacities: ...} / {} ; default [{}]),
-    ``seeds`` (list, default [0]), ``run`` / ``task_config`` (dicts), ``method_config``
-    (dict of method key -> dict; key ``all`` applies to every method).
-    """
-    allowed = {"task", "methods", "settings", "resources", "seeds", "run", "task_config", "method_config", "out"}
-    bad = sorted(set(preset) - allowed)
-    if bad:
-        raise UserError(f"sweep preset: unknown key {bad[0]!r} (valid: {', '.join(sorted(allowed))})")
-    if "task" not in preset or not preset.get("methods"):
-        raise UserError("sweep preset needs `task` and a non-empty `methods` list")
-    mcfg = preset.get("method_config") or {}
-    runs = []
-    for method, setting, res, seed in itertools.product(
-        preset["methods"], preset.get("settings") or ["iid"], preset.get("resources") or [{}], preset.get("seeds") or [0]
-    ):
-        run = dict(preset.get("run") or {})
-        run.update(res or {})
-        run.update(setting=setting, seed=seed)
-        if preset.get("out"):
-            run.setdefault("out", preset["out"])
-        m = {**(mcfg.get("all") or {}), **(mcfg.get(method) or {})}
-        runs.append({"method": method, "task": preset["task"], "run": run, "method_config": m,
-                     "task_config": dict(preset.get("task_config") or {})})
-    return runs
-
-
 def cmd_sweep(args) -> int:
-    import yaml
-
-    from fedbench.runners import records
+    """Load, expand and validate the whole preset (``runners/sweep.py``), then run what is not done."""
+    from fedbench.runners import records, sweep
     from fedbench.runners.experiment import Experiment
 
-    try:
-        with open(args.preset) as fh:
-            preset = yaml.safe_load(fh) or {}
-    except FileNotFoundError:
-        raise UserError(f"sweep preset not found: {args.preset}") from None
-    runs = expand_sweep(preset)
-    if args.out:
-        for r in runs:
-            r["run"]["out"] = args.out
+    runs = sweep.load_sweep(args.preset, out=args.out)
+    for out in dict.fromkeys(r["out_dir"] for r in runs):
+        records.prepare_out_dir(out, create=not args.dry_run)
+    warn = lambda line: print(f"fedbench: warning: {line}", file=sys.stderr)  # noqa: E731
     done = failed = 0
-    for i, r in enumerate(runs, 1):
-        runner = Experiment(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
-        path = runner.record_path()
-        label = f"[{i}/{len(runs)}] {r['method']} {r['run'].get('setting')} {r['run'].get('roc') or r['run'].get('capacities') or ''} seed {r['run']['seed']}"
-        if path.exists() and json.loads(path.read_text()).get("status") == "ok":
+    for i, (r, name) in enumerate(zip(runs, sweep.run_labels(runs)), 1):
+        label = f"[{i}/{len(runs)}] {name}"
+        path = Experiment(r["method"], r["task"], r["run"], r["method_config"], r["task_config"]).record_path()
+        if sweep.is_done(path, warn):
             print(f"{label}: done ({path})")
             done += 1
             continue

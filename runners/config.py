@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal, Mapping
 
-from fedbench.config import cfg_field
+from fedbench.config import FieldError, build_config, cfg_field, check
+from fedbench.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -52,24 +54,106 @@ class RunConfig:
     runner: str = cfg_field("local", "engine that runs the clients: local (one process)")
 
     def __post_init__(self) -> None:
-        for name in ("clients", "rounds", "local_epochs", "eval_every"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if self.server_holdout is not None and self.server_holdout < 0:
-            raise ValueError("server_holdout must be >= 0")
-        if self.per_round is not None and self.per_round < 1:
-            raise ValueError("per_round must be >= 1")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        if self.lr is not None and self.lr <= 0:
-            raise ValueError("lr must be > 0")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError("threads must be >= 1")
-        if self.divergence_factor < 0:
-            raise ValueError("divergence_factor must be >= 0")
+        for name in ("clients", "per_round", "max_steps", "batch_size"):
+            check(self, name, getattr(self, name) is None or getattr(self, name) >= 1, "must be an integer >= 1 (or none)")
+        for name in ("rounds", "local_epochs", "eval_every"):
+            check(self, name, getattr(self, name) >= 1, "must be an integer >= 1")
+        check(self, "server_holdout", self.server_holdout is None or self.server_holdout >= 0,
+              "must be an integer >= 0 (or none)")
+        check(self, "lr", self.lr is None or self.lr > 0, "must be a number > 0")
+        check(self, "momentum", self.momentum >= 0, "must be a number >= 0")
+        check(self, "weight_decay", self.weight_decay >= 0, "must be a number >= 0")
+        check(self, "grad_clip", self.grad_clip is None or self.grad_clip > 0, "must be a number > 0 (or none: no clipping)")
+        check(self, "seed", self.seed >= 0, "must be an integer >= 0")
+        check(self, "setting", bool(self.setting.strip()), "must name a data split (iid, dir(a), k/a, domain, ...)")
+        check(self, "roc", self.roc is None or bool(str(self.roc).strip()), "must be ratios like 6:3:1 (or none)")
+        check(self, "capacities", self.capacities is None or len(self.capacities) > 0,
+              "must list at least one per-client layer budget, e.g. 12,10,8 (or leave it out)")
+        check(self, "capacities", self.capacities is None or all(c >= 1 for c in self.capacities),
+              "every layer budget must be >= 1")
+        check(self, "tier_fractions", len(self.tier_fractions) > 0 and all(0 < f <= 1 for f in self.tier_fractions),
+              "must be one or more fractions in (0, 1], e.g. 0.5,0.75,1")
+        check(self, "tier_ranks", len(self.tier_ranks) > 0 and all(r >= 1 for r in self.tier_ranks),
+              "must be one or more LoRA ranks >= 1, e.g. 1,4,16")
+        check(self, "device", bool(self.device.strip()), "must be auto, cpu, cuda or cuda:N")
+        check(self, "out", bool(self.out.strip()), "must be a directory path")
+        check(self, "threads", self.threads is None or self.threads >= 1, "must be an integer >= 1 (or none)")
+        check(self, "divergence_factor", self.divergence_factor >= 0, "must be a number >= 0 (0 = never)")
+        check(self, "store_memory_mb", self.store_memory_mb > 0, "must be a number > 0")
         if self.local_split is not None:
             parts = self.local_split.split(":")
-            if len(parts) != 3 or not all(p.strip().isdigit() for p in parts) or int(parts[0]) < 1 \
-                    or int(parts[2]) < 1:
-                raise ValueError(f"local_split must look like 8:1:1 (train:val:test, train and test >= 1), "
-                                 f"got {self.local_split!r}")
+            check(self, "local_split", len(parts) == 3 and all(p.strip().isdigit() for p in parts)
+                  and int(parts[0]) >= 1 and int(parts[2]) >= 1,
+                  "must look like 8:1:1 (train:val:test, train and test >= 1)")
+        if self.roc and self.capacities:
+            raise UserError("give either --roc (run.roc) or --capacities (run.capacities), not both")
+
+
+# ------------------------------------------------------------------- whole-run checks
+def _looks_like_path(s: str) -> bool:
+    return s.startswith(("/", "./", "../", "~")) or s in (".", "..") or "\\" in s
+
+
+def check_method_config(cfg: Any) -> None:
+    """The LoRA fields every method config has (``MethodConfig``): rank, alpha, dropout."""
+    r = getattr(cfg, "lora_r", None)
+    check(cfg, "lora_r", r is None or r >= 1, "must be an integer >= 1")
+    check(cfg, "lora_alpha", cfg.lora_alpha > 0, "must be a number > 0")
+    check(cfg, "lora_dropout", 0 <= cfg.lora_dropout < 1, "must be in [0, 1)")
+    check(cfg, "lora_targets", bool(str(cfg.lora_targets).strip()),
+          "must name a target profile ('default', 'fedra', 'qv')")
+
+
+def check_task_config(task_key: str, cfg: Any) -> None:
+    """Fields every task config has (``TaskConfig``): evaluation sizes, paths that must exist."""
+    check(cfg, "eval_batch_size", cfg.eval_batch_size >= 1, "must be an integer >= 1")
+    check(cfg, "eval_max_examples", cfg.eval_max_examples is None or cfg.eval_max_examples >= 1,
+          "must be an integer >= 1 (or none: all)")
+    if cfg.data_dir is not None:
+        d = Path(str(cfg.data_dir)).expanduser()
+        check(cfg, "data_dir", bool(str(cfg.data_dir).strip()), "must be a directory path")
+        check(cfg, "data_dir", d.is_dir(), "no such directory" if not d.exists() else "not a directory")
+    if cfg.model is not None and _looks_like_path(str(cfg.model)):
+        check(cfg, "model", Path(str(cfg.model)).expanduser().exists(),
+              "no such file or directory (a local model path must exist)")
+
+
+def _section(fn, section: str, *args) -> None:
+    """Run a check that raises a bare FieldError and prefix the field with its section."""
+    try:
+        fn(*args)
+    except FieldError as e:
+        raise FieldError(f"{section}.{e.name}", e.value, e.allowed) from None
+
+
+def validate_run(method: str, task: str, run: Mapping[str, Any] | None, method_config: Mapping[str, Any] | None,
+                 task_config: Mapping[str, Any] | None) -> tuple[str, str, RunConfig, Any, Any]:
+    """Build and check every config of one run before anything is loaded or built.
+
+    Returns ``(method_key, task_key, run_cfg, method_cfg, task_cfg)``; raises
+    :class:`~fedbench.errors.UserError` (one line naming the field, the value and what is
+    allowed) on the first problem.
+    """
+    from fedbench.methods import METHODS
+    from fedbench.runners.tiers import parse_roc
+    from fedbench.tasks import TASKS
+    from fedbench.tasks.partition import parse_setting
+
+    method_key, task_key = METHODS.resolve(method), TASKS.resolve(task)
+    method_cls, task_cls = METHODS.get(method_key), TASKS.get(task_key)
+    run_cfg = build_config(RunConfig, run or {}, "run")
+    method_cfg = build_config(method_cls.config_cls, method_config or {}, "method")
+    task_cfg = build_config(task_cls.config_cls, task_config or {}, "task")
+    _section(check_method_config, "method", method_cfg)
+    _section(check_task_config, "task", task_key, task_cfg)
+    kind = getattr(task_cls, "kind", None)
+    if kind is not None and kind not in method_cls.task_kinds:
+        raise UserError(f"method {method_key!r} does not support {kind} tasks like {task_key!r}")
+    parse_setting(run_cfg.setting)
+    if run_cfg.roc:
+        fr = parse_roc(str(run_cfg.roc))
+        if len(fr) != len(run_cfg.tier_fractions):
+            raise UserError(f"--roc {run_cfg.roc!r} has {len(fr)} tiers but run.tier_fractions has "
+                            f"{len(run_cfg.tier_fractions)} ({','.join(map(str, run_cfg.tier_fractions))}); "
+                            f"set run.tier_fractions to match")
+    return method_key, task_key, run_cfg, method_cfg, task_cfg

@@ -55,6 +55,8 @@ __all__ = [
     "empty_record",
     "get_field",
     "load_records",
+    "prepare_out_dir",
+    "read_record_status",
     "record_path",
     "validate_record",
     "write_record",
@@ -422,6 +424,51 @@ def record_path(root: str | os.PathLike, rec: dict) -> Path:
     method = _path_part(run.get("method"), "run.method")
     run_id = _path_part(run.get("run_id"), "run.run_id")
     return Path(root) / task / method / f"{run_id}.json"
+
+
+def prepare_out_dir(root: str | os.PathLike, create: bool = True) -> Path:
+    """Create the records directory ``root`` (with parents) and check it is writable,
+    before a run trains; a :class:`~fedbench.errors.UserError` (one line) if it cannot be.
+    With ``create=False`` (a dry run) nothing is created: an existing ``root`` must be a
+    writable directory, a missing one must have a creatable parent."""
+    root = Path(root).expanduser()
+    if root.exists() and not root.is_dir():
+        raise UserError(f"output directory {root} is not a directory (a file of that name exists)")
+    if not create and not root.exists():
+        parent = next((p for p in root.parents if p.exists()), Path("."))
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise UserError(f"output directory {root} cannot be created under {parent} (not a writable directory)")
+        return root
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"output directory {root} cannot be created: {err.strerror or err}") from None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".fedbench-write-check.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise UserError(f"output directory {root} is not writable: {err.strerror or err}") from None
+    return root
+
+
+def read_record_status(path: str | os.PathLike) -> str | None:
+    """The ``status`` of the record at ``path``; None if there is none. A file that is not
+    a readable JSON record raises :class:`RecordError` (one line) instead of a traceback."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            rec = json.load(fh)
+    except json.JSONDecodeError as err:
+        raise RecordError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecordError(f"{path}: cannot be read ({err})") from None
+    if not isinstance(rec, dict):
+        raise RecordError(f"{path}: expected a JSON object, got {_type_name(rec)}")
+    status = rec.get("status")
+    return status if isinstance(status, str) else None
 
 
 def _to_plain(value: Any, path: str) -> Any:

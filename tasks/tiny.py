@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import (
@@ -45,6 +45,23 @@ def check_arch(task: Task, arch: str | None) -> None:
 DOMAINS = ("plain", "swapped", "inverted", "gray", "faded", "noisy")
 
 
+def _check_tiny(cfg: TaskConfig, task: str, model_names: tuple[str, ...], model_hint: str) -> None:
+    """What every tiny task config refuses: a data directory, a model that is not its own."""
+    base_check = getattr(super(type(cfg), cfg), "__post_init__", None)
+    if base_check is not None:
+        base_check()
+    if cfg.data_dir is not None:
+        raise UserError(f"{task} takes no --data-dir (its data are generated); got {cfg.data_dir!r}")
+    if model_names:
+        check(cfg, "model", cfg.model in model_names, f"{task} builds its own model; choose from {', '.join(model_names)}")
+    elif cfg.model is not None:
+        raise UserError(f"{task} takes no --model (its model is {model_hint}); got {cfg.model!r}")
+    for name in ("n_train", "n_test", "n_train_per_domain", "n_test_per_domain", "depth"):
+        if hasattr(cfg, name):
+            check(cfg, name, getattr(cfg, name) >= 1, "must be an integer >= 1")
+    check(cfg, "data_seed", cfg.data_seed >= 0, "must be an integer >= 0")
+
+
 # ----------------------------------------------------------------------------- vision
 @dataclass(frozen=True)
 class TinyVisionConfig(TaskConfig):
@@ -57,6 +74,15 @@ class TinyVisionConfig(TaskConfig):
     width: int = cfg_field(48, "embedding width")
     noise: float = cfg_field(1.0, "per-pixel noise std (signal std is 1)")
     data_seed: int = cfg_field(0, "seed of the made-up data (fixed across runs)")
+
+    def __post_init__(self) -> None:
+        _check_tiny(self, "tiny_vision", ("vit", "mixer"), "")
+        check(self, "n_classes", self.n_classes >= 2, "must be an integer >= 2")
+        check(self, "img_size", self.img_size >= 8 and self.img_size % 8 == 0,
+              "must be a positive multiple of 8 (8x8 patches)")
+        check(self, "width", self.width >= 1 and (self.model != "vit" or self.width % 3 == 0),
+              "must be a positive multiple of 3 (the ViT has 3 heads)" if self.model == "vit" else "must be >= 1")
+        check(self, "noise", self.noise >= 0, "must be a number >= 0")
 
 
 def make_tiny_images(cfg: TinyVisionConfig, n_per_domain: int, split_seed: int) -> tuple[np.ndarray, ...]:
@@ -154,6 +180,16 @@ class TinyTextConfig(TaskConfig):
     width: int = cfg_field(48, "hidden size")
     data_seed: int = cfg_field(0, "seed of the made-up data")
 
+    def __post_init__(self) -> None:
+        _check_tiny(self, "tiny_text", (), "a built-in tiny BERT; see task.depth and task.width")
+        check(self, "n_classes", self.n_classes >= 2, "must be an integer >= 2")
+        check(self, "seq_len", self.seq_len >= 2, "must be an integer >= 2 ([CLS] and at least one token)")
+        check(self, "keywords", 1 <= self.keywords < self.seq_len,
+              f"must be an integer in 1..{self.seq_len - 1} (seq_len - 1)")
+        check(self, "vocab_size", self.vocab_size > 2 + 4 * self.n_classes,
+              f"must be > {2 + 4 * self.n_classes} (2 special tokens + 4 keywords per class, and filler)")
+        check(self, "width", self.width >= 3 and self.width % 3 == 0, "must be a positive multiple of 3 (3 heads)")
+
 
 def make_tiny_text(cfg: TinyTextConfig, n: int, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Sequences [CLS] tokens...: ``keywords`` tokens from the class's own keyword set at
@@ -230,6 +266,13 @@ class TinyLMConfig(TaskConfig):
     depth: int = cfg_field(12, "decoder layers")
     width: int = cfg_field(64, "hidden size")
     data_seed: int = cfg_field(0, "seed of the made-up data")
+
+    def __post_init__(self) -> None:
+        _check_tiny(self, "tiny_lm", (), "a built-in tiny Llama; see task.depth and task.width")
+        check(self, "n_categories", self.n_categories >= 1, "must be an integer >= 1")
+        check(self, "n_words", self.n_words >= 1, "must be an integer >= 1")
+        check(self, "width", self.width >= 8 and self.width % 8 == 0,
+              "must be a positive multiple of 8 (4 heads of even size)")
 
 
 PAD, BOS, SEP, EOS = 0, 1, 2, 3

@@ -3,7 +3,8 @@
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.runners.cli import expand_sweep, main
+from fedbench.runners.cli import main
+from fedbench.runners.sweep import expand_sweep
 
 from smoke import SMALL_TASK_CONFIGS
 
