@@ -51,6 +51,12 @@ class Registry(Generic[T]):
         for a in aliases:
             self._aliases[a] = key
 
+    def remove(self, key: str) -> None:
+        """Take ``key`` (and its aliases) out of the registry (tests register temporary entries)."""
+        entry = self._entries.pop(key)
+        for a in entry.aliases:
+            self._aliases.pop(a, None)
+
     def resolve(self, key: str) -> str:
         if key in self._entries:
             return key

@@ -87,6 +87,7 @@ class AdapterModel:
         self._params: dict[tuple[str, str | None], nn.Parameter] = {}
         for name, p in self.model.named_parameters():
             self._params[canonical(name)] = p
+        self._names = {k for (k, _) in self._params}
 
     def _keys_under(self, modules: Sequence[str], adapter: str | None) -> list[str]:
         prefixes = tuple(m + "." for m in modules)
@@ -232,4 +233,4 @@ class AdapterModel:
 
     def has(self, key: str) -> bool:
         """Whether ``key`` names a tensor of this model (any adapter)."""
-        return any(k == key for (k, _) in self._params)
+        return key in self._names

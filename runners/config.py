@@ -101,7 +101,7 @@ def check_method_config(cfg: Any) -> None:
     check(cfg, "lora_alpha", cfg.lora_alpha > 0, "must be a number > 0")
     check(cfg, "lora_dropout", 0 <= cfg.lora_dropout < 1, "must be in [0, 1)")
     check(cfg, "lora_targets", bool(str(cfg.lora_targets).strip()),
-          "must name a target profile ('default', 'fedra', 'qv')")
+          "must name a LoRA target profile the task declares (e.g. default, qv)")
 
 
 def check_task_config(task_key: str, cfg: Any) -> None:

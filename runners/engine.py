@@ -99,4 +99,4 @@ class LocalEngine(Engine):
         return [self.exp.worker.run(job) for job in jobs]
 
     def evaluate_local(self, jobs):
-        return [self.exp.worker.evaluate(job, None) for job in jobs]
+        return [self.exp.worker.evaluate(job) for job in jobs]

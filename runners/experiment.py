@@ -39,7 +39,7 @@ from fedbench.runners.store import ClientStore
 from fedbench.runners.summary import cost_section, results_section
 from fedbench.runners.tiers import TierAssigner
 from fedbench.runners.train import NonFiniteLoss, TrainSettings
-from fedbench.runners.worker import ClientWorker, EvalJob, ModelPool, WorkerSpec
+from fedbench.runners.worker import ClientWorker, EvalJob, ModelPool, WorkerSpec, evaluate_model
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import EvalResult, Task, TaskData
 from fedbench.tasks.partition import n_clients_for, parse_setting, partition, split_local
@@ -211,14 +211,9 @@ class Experiment:
         (every client's model on its own local test split, mean over clients)."""
         if self.method.evaluation == "local":
             return self._evaluate_local(state, engine)
-        m, am = self.method, self.am
-        tensors = m.eval_tensors(state)
-        with am.base_overlay(tensors), am.subset_blocks(m.eval_blocks(state)), \
-                am.capture(m.hidden_blocks(None)) as hidden:
-            am.load(tensors)
-            am.model.eval()
-            return self.task.evaluate(am.model, self.test, self.device, self.test_domains, self.data.domain_names,
-                                      logits_fn=lambda model, batch: m.eval_logits(self.task, model, batch, hidden))
+        m = self.method
+        return evaluate_model(self.am, m, self.task, m.eval_tensors(state), self.test, self.test_domains,
+                              self.data.domain_names, m.eval_blocks(state))
 
     def _evaluate_local(self, state: MethodState, engine) -> EvalResult:
         from fedbench.methods.base import ClientPlan

@@ -153,19 +153,26 @@ class ClientWorker:
                                               self.meter, arch)
         return ClientResult(plan.client, upload, priv, cost)
 
-    @torch.no_grad()
-    def evaluate(self, job: EvalJob, test: Any, domains=None, domain_names=None) -> EvalResult:
-        """The model of ``job.arch`` with the global tensors and the client's private state
-        on ``test`` (restricted to ``job.indices`` when ``test`` is None: the client's
-        local test split of the training data)."""
-        am = self.pool.get(job.arch)
+    def evaluate(self, job: EvalJob, test: Any = None) -> EvalResult:
+        """Local evaluation: the model of ``job.arch`` with the global tensors and the
+        client's private state on its local test split (``job.indices`` of the train data)."""
         private = job.private if job.private is not None else self.pool.fresh(job.arch, job.private_keys)
-        tensors = {k: v for k, v in {**job.tensors, **private}.items() if am.has(k)}
         data = _subset(self.pool.data.train, job.indices) if test is None else test
-        with am.base_overlay(tensors):
-            am.load(tensors)
-            am.model.eval()
-            return self.pool.task.evaluate(am.model, data, am.device, domains, domain_names)
+        return evaluate_model(self.pool.get(job.arch), self.method, self.pool.task, {**job.tensors, **private}, data)
+
+
+@torch.no_grad()
+def evaluate_model(am: AdapterModel, method: Method, task: Task, tensors: dict[str, torch.Tensor], data: Any,
+                   domains=None, domain_names=None, blocks: tuple[int, ...] | None = None) -> EvalResult:
+    """``task.evaluate`` of ``am``'s model with ``tensors`` loaded (base weights among them
+    apply to this evaluation only), on ``blocks`` (None = all), through the method's
+    ``eval_logits`` (classification; None = the task's forward)."""
+    tensors = {k: v for k, v in tensors.items() if am.has(k)}
+    with am.base_overlay(tensors), am.subset_blocks(blocks), am.capture(method.hidden_blocks(None)) as hidden:
+        am.load(tensors)
+        am.model.eval()
+        return task.evaluate(am.model, data, am.device, domains, domain_names,
+                             logits_fn=lambda model, batch: method.eval_logits(task, model, batch, hidden))
 
 
 def _subset(dataset, idx: np.ndarray):
@@ -174,4 +181,4 @@ def _subset(dataset, idx: np.ndarray):
     return torch.utils.data.Subset(dataset, [int(i) for i in idx])
 
 
-__all__ = ["ClientJob", "ClientResult", "ClientWorker", "EvalJob", "ModelPool", "WorkerSpec"]
+__all__ = ["ClientJob", "ClientResult", "ClientWorker", "EvalJob", "ModelPool", "WorkerSpec", "evaluate_model"]
