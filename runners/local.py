@@ -174,7 +174,7 @@ class LocalRunner:
         self.part = partition(self.setting, self.data.train_labels, self.n_clients, r.seed,
                               domains=self.data.train_domains, n_classes=self.data.n_classes)
         self.sizes = self.part.sizes()
-        bundle = self.task.build_model()
+        bundle = self.task.build_model(self.data)
         mc = self.method_cfg
         self.am = AdapterModel(bundle, mc.lora_r, mc.lora_alpha, mc.lora_dropout, mc.lora_targets, self.device)
         self.tiers = TierAssigner(

@@ -98,7 +98,7 @@ class TinyVision(ClassificationTask):
             domain_names=list(DOMAINS),
         )
 
-    def build_model(self) -> ModelBundle:
+    def build_model(self, data=None, arch=None) -> ModelBundle:
         import timm.models.mlp_mixer as mixer
         import timm.models.vision_transformer as vit
 
@@ -179,7 +179,7 @@ class TinyText(ClassificationTask):
         ds = lambda x, y: ArrayDataset({"input_ids": torch.from_numpy(x), "y": torch.from_numpy(y)})
         return TaskData(ds(xtr, ytr), ds(xte, yte), train_labels=ytr, n_classes=c.n_classes)
 
-    def build_model(self) -> ModelBundle:
+    def build_model(self, data=None, arch=None) -> ModelBundle:
         from transformers import BertConfig, BertForSequenceClassification
 
         c = self.config
@@ -275,7 +275,7 @@ class TinyLM(Task):
         ds = lambda s: ArrayDataset({"input_ids": torch.from_numpy(s)})
         return TaskData(ds(tr), ds(te), train_labels=ctr, n_classes=c.n_categories)
 
-    def build_model(self) -> ModelBundle:
+    def build_model(self, data=None, arch=None) -> ModelBundle:
         from transformers import LlamaConfig, LlamaForCausalLM
 
         c = self.config

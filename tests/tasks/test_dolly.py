@@ -14,7 +14,16 @@ from fedbench.errors import UserError
 from fedbench.runners.local import LocalRunner
 from fedbench.tasks.instructions import DOLLY_CATEGORIES, IGNORE, Dolly, DollyConfig
 
-INSTRUCTIONS = Path(__file__).resolve().parents[3] / "shared" / "data" / "instructions"
+
+def shared_data(name: str) -> Path:
+    """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
+    sit at different depths); a path that does not exist when none has it."""
+    here = Path(__file__).resolve()
+    return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
+                here.parents[3] / "shared" / "data" / name)
+
+
+INSTRUCTIONS = shared_data("instructions")
 WORDS = ["river", "stone", "cloud", "lamp", "forest", "piano", "garden", "window", "bridge", "candle"]
 
 

@@ -16,7 +16,16 @@ from fedbench.runners.cli import main as cli_main
 from fedbench.runners.local import LocalRunner
 from fedbench.tasks.image_domains import DomainNet, DomainNetConfig
 
-PACS = Path(__file__).resolve().parents[3] / "shared" / "data" / "pacs"
+
+def shared_data(name: str) -> Path:
+    """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
+    sit at different depths); a path that does not exist when none has it."""
+    here = Path(__file__).resolve()
+    return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
+                here.parents[3] / "shared" / "data" / name)
+
+
+PACS = shared_data("pacs")
 DOMAINS = ("clipart", "painting", "real")
 CLASSES = ("aircraft_carrier", "airplane", "alarm_clock")
 
