@@ -120,7 +120,6 @@ def test_check_arch():
 
 
 def test_cache_is_atomic_keyed_and_can_be_switched_off(tmp_path, monkeypatch):
-
     from fedbench.tasks import cache
 
     calls = []
