@@ -171,13 +171,13 @@ class Cifar100(VisionTask):
             check_disjoint(_digests(xtr), _digests(xte))
         except ValueError as e:
             log.warning("cifar100: the official split has identical images on both sides: %s", e)
-        self.n_classes = max(int(max(ytr.max(), yte.max())) + 1, len(names))
+        n_classes = max(int(max(ytr.max(), yte.max())) + 1, len(names))
         size, mean, std = self.image_settings()
         log.info("cifar100: %d train / %d test images, %d classes, fed at %d px", len(ytr), len(yte),
-                 self.n_classes, size)
+                 n_classes, size)
         return TaskData(
             train=UInt8Images(torch.from_numpy(xtr), ytr, size, mean, std),
             test=UInt8Images(torch.from_numpy(xte), yte, size, mean, std),
-            train_labels=ytr, n_classes=self.n_classes,
+            train_labels=ytr, n_classes=n_classes,
             info={"class_names": names, "n_train": len(ytr), "n_test": len(yte)},
         )

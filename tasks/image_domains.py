@@ -36,7 +36,7 @@ from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData
-from fedbench.tasks.models import enable_gradient_checkpointing, on_cuda_only, timm_layout, timm_model, vision_defaults
+from fedbench.tasks.models import check_arch, enable_gradient_checkpointing, on_cuda_only, timm_layout, timm_model, vision_defaults
 from fedbench.tasks.partition import check_disjoint
 
 log = logging.getLogger(__name__)
@@ -79,9 +79,14 @@ class ImageFiles(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict:
         image = pil_image()
-        with image.open(self.root / self.paths[i]) as im:
-            im = im.convert("RGB").resize((self.img_size, self.img_size), image.BICUBIC)
-            x = torch.from_numpy(np.asarray(im, dtype=np.uint8).copy())  # (S, S, 3)
+        path = self.root / self.paths[i]
+        try:
+            with image.open(path) as im:
+                im = im.convert("RGB").resize((self.img_size, self.img_size), image.BICUBIC)
+                x = torch.from_numpy(np.asarray(im, dtype=np.uint8).copy())  # (S, S, 3)
+        except (OSError, SyntaxError, ValueError) as e:  # PIL: truncated, unidentified, corrupt data
+            raise UserError(f"unreadable image {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") \
+                from None
         x = x.permute(2, 0, 1).to(torch.float32).div_(255.0)  # (3, S, S) in [0, 1]
         return {"x": (x - self.mean) / self.std, "y": int(self.labels[i])}
 
@@ -99,17 +104,17 @@ class VisionTask(ClassificationTask):
 
     config_cls = VisionConfig
     default_profile = "fedra"
-    n_classes: int | None = None
 
     def image_settings(self) -> tuple[int, tuple[float, ...], tuple[float, ...]]:
         native, mean, std = vision_defaults(self.config.model)
         return self.config.img_size or native, mean, std
 
-    def build_model(self) -> ModelBundle:
-        if self.n_classes is None:
-            self.load()
+    def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
+        """The backbone with a fresh ``data.n_classes`` head (drawn from the global RNG; a tiny
+        test backbone from a fixed seed)."""
+        check_arch(arch, type(self).__name__.lower())
         size, _, _ = self.image_settings()
-        model = timm_model(self.config.model, self.n_classes, size)
+        model = timm_model(self.config.model, data.n_classes, size)
         blocks, targets = timm_layout(model)
         if on_cuda_only(self.config.gradient_checkpointing, "gradient_checkpointing"):
             enable_gradient_checkpointing(model)
@@ -167,6 +172,19 @@ def _read_split_file(path: Path) -> list[tuple[str, int]]:
         except (IndexError, ValueError):
             raise UserError(f"{path}:{n}: expected '<relative path> <integer label>', got {line!r}") from None
     return rows
+
+
+def listed_at(root: Path, domains: Sequence[str], rel: str) -> str:
+    """"<split file> line <n>" of the first split-file line naming ``rel`` (for messages)."""
+    for name in domains:
+        for split in ("train", "test"):
+            path = root / f"{name}_{split}.txt"
+            if not path.is_file():
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if line.strip() and line.rsplit(maxsplit=1)[0] == rel:
+                    return f"{path} line {n}"
+    return f"the scan of {root}"
 
 
 def _image_files(folder: Path) -> list[Path]:
@@ -301,20 +319,25 @@ class DomainImages(VisionTask):
         root = self._root()
         size, mean, std = self.image_settings()
         labels = np.concatenate([train.labels, test.labels])
-        self.n_classes = int(labels.max()) + 1
-        self.class_names = [names.get(i, str(i)) for i in range(self.n_classes)]
-        missing = [p for p in train.paths[:1] + test.paths[:1] if not (root / p).is_file()]
-        if missing:
-            raise self.missing(f"split files name {missing[0]!r}, which is not under {root}")
+        n_classes = int(labels.max()) + 1
+        self.check_files(root, train.paths + test.paths, domains)
         log.info("%s: %d train / %d test images, %d classes, domains %s", self.dataset_name, len(train.paths),
-                 len(test.paths), self.n_classes, domains)
+                 len(test.paths), n_classes, domains)
         return TaskData(
             train=ImageFiles(root, train.paths, train.labels, size, mean, std),
             test=ImageFiles(root, test.paths, test.labels, size, mean, std),
-            train_labels=train.labels, n_classes=self.n_classes, train_domains=train.domains,
+            train_labels=train.labels, n_classes=n_classes, train_domains=train.domains,
             test_domains=test.domains, domain_names=list(domains),
-            info={"class_names": self.class_names, "n_train": len(train.paths), "n_test": len(test.paths)},
+            info={"class_names": [names.get(i, str(i)) for i in range(n_classes)], "n_train": len(train.paths),
+                  "n_test": len(test.paths)},
         )
+
+    def check_files(self, root: Path, paths: Sequence[str], domains: Sequence[str]) -> None:
+        """Every listed image must be a file (one ``stat`` each, no decoding), before training."""
+        missing = next((p for p in paths if not (root / p).is_file()), None)
+        if missing is not None:
+            raise UserError(f"{self.dataset_name}: {listed_at(root, domains, missing)} names {missing!r}, "
+                            f"which is not a file under {root}")
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -52,14 +52,18 @@ from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import ArrayDataset, EvalResult, ModelBundle, Task, TaskConfig, TaskData, eval_indices
 from fedbench.tasks.base import iterate_batches, to_device
+from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
     LM_FAMILIES,
     TINY_LM,
     block_count,
+    check_arch,
+    check_rows,
     check_targets,
     enable_gradient_checkpointing,
     family_layout,
     hub_splits,
+    json_type,
     load_hf_model,
     load_tokenizer,
     on_cuda_only,
@@ -141,6 +145,18 @@ def holdout(examples: list[Example], fraction: float, seed: int) -> tuple[list[E
     return train, test
 
 
+@dataclass
+class PromptDataset(ArrayDataset):
+    """Encoded examples plus what evaluation needs: each row's ``ref`` indexes
+    ``references`` (the reference responses), decoded with ``tokenizer``. Subsets keep both."""
+
+    references: list[str] = field(default_factory=list)
+    tokenizer: Any = None
+
+    def subset(self, idx) -> "PromptDataset":
+        return PromptDataset(self.batch(idx), self.references, self.tokenizer)
+
+
 class InstructionTask(Task):
     """Shared implementation; subclasses name their fields, source and defaults."""
 
@@ -157,14 +173,25 @@ class InstructionTask(Task):
 
     # ---------------------------------------------------------------- data
     def missing(self, why: str) -> UserError:
-        return UserError(f"{self.dataset_name}: {why}; download HF dataset {self.config.hf_id} or pass --data-dir <folder> "
-                         f"with {self.layout_hint}")
+        """Missing data: with --data-dir, the expected layout; without, also where to download."""
+        if self.config.data_dir:
+            return UserError(f"{self.dataset_name}: {why} (--data-dir needs {self.layout_hint})")
+        return UserError(f"{self.dataset_name}: {why}; download HF dataset {self.config.hf_id} or pass "
+                         f"--data-dir <folder> with {self.layout_hint}")
+
+    def row_problem(self, row: dict) -> str | None:
+        """What is wrong with a record (its instruction or response is not a string), or None."""
+        for key in ("instruction", "response"):
+            names = self.fields[key]
+            value = _first(row, names)
+            if value is None:
+                return f"missing field {names[0]!r}" + (f" (or {', '.join(map(repr, names[1:]))})" if names[1:] else "")
+            if not isinstance(value, str):
+                return f"field {next(n for n in names if n in row)!r} must be a string, got {json_type(value)}"
+        return None
 
     def to_example(self, row: dict) -> Example:
         vals = {k: _first(row, names) for k, names in self.fields.items()}
-        if not isinstance(vals["instruction"], str) or not isinstance(vals["response"], str):
-            raise self.missing(f"a row lacks text fields {self.fields['instruction']} / {self.fields['response']} "
-                               f"(has {sorted(row)})")
         return Example(vals["instruction"].strip(), str(vals["context"] or "").strip(), vals["response"].strip(),
                        str(vals["category"] or "none"))
 
@@ -172,17 +199,18 @@ class InstructionTask(Task):
         if self.config.data_dir:
             root = Path(self.config.data_dir).expanduser()
             if root.is_file():
-                return {"all": read_records(root)}
+                return {"all": read_records(root, self.row_problem)}
             if not root.is_dir():
                 raise self.missing(f"--data-dir {root} is not a folder")
-            splits = read_local_splits(root)
+            splits = read_local_splits(root, self.row_problem)
             if not splits:
                 raise self.missing(f"no record files in {root}")
             return splits
         got = hub_splits(self.config.hf_id)
         if got is None:
             raise self.missing("no --data-dir given and the HF hub cannot be reached")
-        return got[0]
+        return {k: check_rows(enumerate(rows, 1), self.row_problem, f"{self.config.hf_id} {k}")
+                for k, rows in got[0].items()}
 
     def read_examples(self) -> tuple[list[Example], list[Example]]:
         c = self.config
@@ -216,20 +244,18 @@ class InstructionTask(Task):
         return names, np.asarray([index[e.category] for e in train], dtype=np.int64)
 
     # ---------------------------------------------------------------- tokens
-    def tokenizer(self, texts: list[str] | None = None):
-        if getattr(self, "_tokenizer", None) is None:
-            if self.config.model == TINY_LM:
-                if texts is None:
-                    raise RuntimeError("tiny-llama builds its tokenizer from the training texts: call load() first")
-                tok = word_tokenizer(texts, self.config.tiny_vocab, lm=True)
-            else:
-                tok = load_tokenizer(resolve_hf(self.config.model, "causal_lm"))
-            if tok.pad_token is None:
-                tok.pad_token = tok.eos_token
-            if tok.eos_token_id is None:
-                raise UserError(f"--model {self.config.model}: its tokenizer has no end-of-sequence token")
-            self._tokenizer = tok
-        return self._tokenizer
+    def make_tokenizer(self, train: list[Example]):
+        """tiny-llama: a word-level tokenizer trained on the training texts; else the model's own."""
+        if self.config.model == TINY_LM:
+            tok = word_tokenizer([self.prompt_text(e, False, None) + e.response for e in train],
+                                 self.config.tiny_vocab, lm=True)
+        else:
+            tok = load_tokenizer(resolve_hf(self.config.model, "causal_lm"))
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        if tok.eos_token_id is None:
+            raise UserError(f"--model {self.config.model}: its tokenizer has no end-of-sequence token")
+        return tok
 
     def use_chat(self, tok) -> bool:
         fmt = self.config.prompt_format
@@ -246,18 +272,32 @@ class InstructionTask(Task):
         ctx = f"### {self.context_label}:\n{ex.context}\n\n" if ex.context else ""
         return f"### Instruction:\n{ex.instruction}\n\n{ctx}### Response:\n"
 
-    def encode(self, examples: list[Example], with_prompts: bool) -> ArrayDataset:
+    def encode(self, tok, examples: list[Example], with_prompts: bool) -> PromptDataset:
         """input_ids / labels / attention_mask (N, seq_len), right-padded, labels masked on the
         prompt; with ``with_prompts`` also prompt_ids / prompt_mask (N, P) left-padded and
-        ``ref`` (N,), the row of each example's reference."""
-        tok, T = self.tokenizer(), self.config.seq_len
+        ``ref`` (N,), the row of each example's reference. Cached on disk by the texts'
+        content hash, the tokenizer's identity and the encoding options."""
         chat = self.use_chat(tok)
-        prompts = tok([self.prompt_text(e, chat, tok) for e in examples], add_special_tokens=not chat)["input_ids"]
-        responses = tok([e.response for e in examples], add_special_tokens=False)["input_ids"]
+        prompts = [self.prompt_text(e, chat, tok) for e in examples]
+        responses = [e.response for e in examples]
+        blob = "\x1e".join(p + "\x1f" + r for p, r in zip(prompts, responses))
+        parts = {"texts": hashlib.sha256(blob.encode("utf-8")).hexdigest(), "n": len(examples), "chat": chat,
+                 "tokenizer": tokenizer_fingerprint(tok), "seq_len": self.config.seq_len, "prompts": with_prompts}
+        tensors = cached_tensors(self.dataset_name, parts,
+                                 lambda: self.tokenize(tok, prompts, responses, chat, with_prompts))
+        return PromptDataset(tensors, responses, tok)
+
+    def tokenize(self, tok, prompt_texts: list[str], response_texts: list[str], chat: bool,
+                 with_prompts: bool) -> dict[str, torch.Tensor]:
+        """The tensors of :meth:`encode`."""
+        T = self.config.seq_len
+        prompts = tok(prompt_texts, add_special_tokens=not chat)["input_ids"]
+        responses = tok(response_texts, add_special_tokens=False)["input_ids"]
         pad, eos = tok.pad_token_id, tok.eos_token_id
-        ids = np.full((len(examples), T), pad, dtype=np.int32)
-        labels = np.full((len(examples), T), IGNORE, dtype=np.int32)
-        mask = np.zeros((len(examples), T), dtype=np.int8)
+        n_ex = len(prompts)
+        ids = np.full((n_ex, T), pad, dtype=np.int32)
+        labels = np.full((n_ex, T), IGNORE, dtype=np.int32)
+        mask = np.zeros((n_ex, T), dtype=np.int8)
         cut_prompts = []
         for i, (p, r) in enumerate(zip(prompts, responses)):
             r = list(r) + [eos]
@@ -274,33 +314,32 @@ class InstructionTask(Task):
                    "attention_mask": torch.from_numpy(mask)}
         if with_prompts:
             P = max(len(p) for p in cut_prompts)
-            pids = np.full((len(examples), P), pad, dtype=np.int32)
-            pmask = np.zeros((len(examples), P), dtype=np.int8)
+            pids = np.full((n_ex, P), pad, dtype=np.int32)
+            pmask = np.zeros((n_ex, P), dtype=np.int8)
             for i, p in enumerate(cut_prompts):
                 pids[i, P - len(p):] = p
                 pmask[i, P - len(p):] = 1
             tensors.update(prompt_ids=torch.from_numpy(pids), prompt_mask=torch.from_numpy(pmask),
-                           ref=torch.arange(len(examples)))
-        return ArrayDataset(tensors)
+                           ref=torch.arange(n_ex))
+        return tensors
 
     def load(self) -> TaskData:
+        """Read, check and encode the examples; ``info["tokenizer"]`` is what encoded them and
+        the test split carries its reference responses (:class:`PromptDataset`)."""
         train, test = self.read_examples()
         names, ytr = self.category_ids(train, test)
-        if self.config.model == TINY_LM:
-            self.tokenizer([self.prompt_text(e, False, None) + e.response for e in train])
-        self.references = [e.response for e in test]
-        self.category_names = names
+        tok = self.make_tokenizer(train)
         log.info("%s: %d train / %d test examples, %d categories", self.dataset_name, len(train), len(test), len(names))
-        return TaskData(train=self.encode(train, False), test=self.encode(test, True), train_labels=ytr,
+        return TaskData(train=self.encode(tok, train, False), test=self.encode(tok, test, True), train_labels=ytr,
                         n_classes=len(names),
-                        info={"category_names": names, "n_train": len(train), "n_test": len(test)})
+                        info={"category_names": names, "tokenizer": tok, "n_train": len(train), "n_test": len(test)})
 
     # ---------------------------------------------------------------- model
-    def build_model(self) -> ModelBundle:
+    def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
+        """The LM for ``data.info["tokenizer"]`` (tiny-llama: random init from a fixed seed)."""
         c = self.config
-        if getattr(self, "references", None) is None:
-            self.load()
-        tok = self.tokenizer()
+        check_arch(arch, self.dataset_name)
+        tok = data.info["tokenizer"]
         if c.model == TINY_LM:
             model = tiny_lm(len(tok), c.seq_len + c.max_new_tokens, tok.pad_token_id, tok.bos_token_id,
                             tok.eos_token_id)
@@ -312,7 +351,6 @@ class InstructionTask(Task):
         check_targets(model, blocks, targets)
         if on_cuda_only(c.gradient_checkpointing, "gradient_checkpointing"):
             enable_gradient_checkpointing(model)
-        self.blocks_path, self.n_layers = blocks, block_count(model, blocks)
         train_head = c.model == TINY_LM if c.train_lm_head is None else c.train_lm_head
         if train_head and model.config.tie_word_embeddings:
             raise UserError("train_lm_head=true needs an untied output layer; this model ties it to the embeddings")
@@ -336,14 +374,15 @@ class InstructionTask(Task):
 
     # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
-    def generate(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
-        """Greedy continuations (B, <= max_new_tokens) of left-padded prompts."""
+    def generate(self, model, tok, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """Greedy continuations (B, <= max_new_tokens) of left-padded prompts. The KV cache is
+        used only when every block is in place (its layer indices follow the config)."""
         from transformers import GenerationConfig
 
-        tok = self.tokenizer()
         p = max(1, int(prompt_mask.sum(1).max()))
         ids, mask = prompt_ids[:, -p:].long(), prompt_mask[:, -p:].long()
-        full_depth = block_count(model, self.blocks_path) == self.n_layers
+        blocks, _ = family_layout(model.config.model_type, LM_FAMILIES, "causal LM")
+        full_depth = block_count(model, blocks) == model.config.num_hidden_layers
         gen = GenerationConfig(max_new_tokens=self.config.max_new_tokens, do_sample=False, num_beams=1,
                                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=full_depth)
         with self.autocast(ids):
@@ -351,14 +390,15 @@ class InstructionTask(Task):
         return out[:, p:]
 
     @torch.no_grad()
-    def predictions(self, model, dataset, device) -> tuple[list[str], list[str]]:
-        tok = self.tokenizer()
+    def predictions(self, model, dataset: PromptDataset, device) -> tuple[list[str], list[str]]:
+        """Greedy generations and their references, decoded with the dataset's tokenizer."""
+        tok = dataset.tokenizer
         idx = eval_indices(len(dataset), self.config.eval_max_examples)
         preds, refs = [], []
         for batch in iterate_batches(dataset, idx, self.config.eval_batch_size):
-            refs += [self.references[int(r)] for r in batch["ref"]]
+            refs += [dataset.references[int(r)] for r in batch["ref"]]
             batch = to_device(batch, device)
-            out = self.generate(model, batch["prompt_ids"], batch["prompt_mask"]).cpu()
+            out = self.generate(model, tok, batch["prompt_ids"], batch["prompt_mask"]).cpu()
             preds += [s.strip() for s in tok.batch_decode(out, skip_special_tokens=True)]
         return preds, refs
 

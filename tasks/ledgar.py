@@ -44,19 +44,26 @@ from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
     ENCODER_FAMILIES,
     TINY_ENCODER,
     EncoderClassifier,
+    check_arch,
+    check_rows,
     check_targets,
     enable_gradient_checkpointing,
     encoder_pooling,
     family_layout,
+    field_problem,
     hub_splits,
+    json_type,
     load_hf_model,
     load_tokenizer,
     on_cuda_only,
+    read_json,
     read_local_splits,
+    read_utf8,
     resolve_hf,
     tiny_encoder,
     word_tokenizer,
@@ -90,37 +97,53 @@ class LedgarConfig(TaskConfig):
             raise ValueError("seq_len must be >= 8")
 
 
-def _missing(why: str) -> UserError:
+LAYOUT = "train.jsonl and test.jsonl rows {\"text\", \"label\"} (+ label_names.json)"
+
+
+def _missing(why: str, data_dir: str | None) -> UserError:
+    """Missing data: with --data-dir, the expected layout; without, also where to download."""
+    if data_dir:
+        return UserError(f"ledgar: {why} (--data-dir needs {LAYOUT})")
     return UserError(f"ledgar: {why}; download HF dataset {HF_ID} (config {HF_CONFIG}) or pass --data-dir <folder> "
-                     f"with train.jsonl and test.jsonl rows {{\"text\", \"label\"}} (+ label_names.json)")
+                     f"with {LAYOUT}")
+
+
+def row_problem(row: dict) -> str | None:
+    """What is wrong with a ledgar record, or None."""
+    return field_problem(row, "text", (str,), "a string") or field_problem(row, "label", (int,), "an integer")
 
 
 def label_names_file(root: Path) -> list[str]:
-    if (root / "label_names.json").exists():
-        return list(json.loads((root / "label_names.json").read_text()))
+    """Class names from ``label_names.json`` (a JSON list of strings) or ``labels.txt``."""
+    path = root / "label_names.json"
+    if path.exists():
+        names = read_json(path)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise UserError(f"{path}: expected a JSON list of strings, got {json_type(names)}")
+        return names
     if (root / "labels.txt").exists():
-        return [n.strip() for n in (root / "labels.txt").read_text().splitlines() if n.strip()]
+        return [n.strip() for n in read_utf8(root / "labels.txt").splitlines() if n.strip()]
     return []
 
 
 def read_ledgar(cfg: LedgarConfig) -> tuple[list[dict], list[dict], list[str]]:
+    """(train rows, test rows, label names); every row checked, bad input named by file and line."""
     if cfg.data_dir:
         root = Path(cfg.data_dir).expanduser()
         if not root.is_dir():
-            raise _missing(f"--data-dir {root} is not a folder")
-        splits, names = read_local_splits(root), label_names_file(root)
+            raise _missing(f"--data-dir {root} is not a folder", cfg.data_dir)
+        splits, names = read_local_splits(root, row_problem), label_names_file(root)
     else:
         got = hub_splits(cfg.hf_id, cfg.hf_config)
         if got is None:
-            raise _missing("no --data-dir given and the HF hub cannot be reached")
-        splits, names = got
+            raise _missing("no --data-dir given and the HF hub cannot be reached", None)
+        splits = {k: check_rows(enumerate(rows, 1), row_problem, f"{cfg.hf_id} {k}") for k, rows in got[0].items()}
+        names = got[1]
     if "train" not in splits or "test" not in splits:
-        raise _missing(f"expected train and test splits, found {sorted(splits) or 'none'}")
-    for split in ("train", "test"):
-        bad = next((r for r in splits[split] if not isinstance(r.get("text"), str) or not isinstance(r.get("label"), int)),
-                   None)
-        if bad is not None or not splits[split]:
-            raise _missing(f"{split} rows must have a string 'text' and an integer 'label'")
+        raise _missing(f"expected train and test splits, found {sorted(splits) or 'none'}", cfg.data_dir)
+    empty = next((k for k in ("train", "test") if not splits[k]), None)
+    if empty is not None:
+        raise _missing(f"the {empty} split has no rows", cfg.data_dir)
     return splits["train"], splits["test"], names
 
 
@@ -129,11 +152,25 @@ def _digest(text: str) -> str:
 
 
 def encode_texts(tokenizer, texts: list[str], labels: np.ndarray, seq_len: int) -> ArrayDataset:
-    """Token ids and masks (N, seq_len), right-padded; labels (N,)."""
+    """Token ids and masks (N, seq_len), right-padded; labels (N,). Cached on disk by the
+    texts' content hash, the tokenizer's identity and ``seq_len`` (:mod:`fedbench.tasks.cache`)."""
+    parts = {"texts": _digest("\x1e".join(texts)), "n": len(texts), "tokenizer": tokenizer_fingerprint(tokenizer),
+             "seq_len": seq_len, "layout": "ids-int32/mask-int8/right-pad"}
+    enc = cached_tensors("ledgar", parts, lambda: tokenize(tokenizer, texts, seq_len))
+    return ArrayDataset({**enc, "y": torch.from_numpy(labels)})
+
+
+def tokenize(tokenizer, texts: list[str], seq_len: int) -> dict[str, torch.Tensor]:
+    """input_ids (int32) and attention_mask (int8), (N, seq_len), right-padded."""
     enc = tokenizer(texts, truncation=True, max_length=seq_len, padding="max_length", return_tensors="pt")
-    return ArrayDataset({"input_ids": enc["input_ids"].to(torch.int32),
-                         "attention_mask": enc["attention_mask"].to(torch.int8),
-                         "y": torch.from_numpy(labels)})
+    return {"input_ids": enc["input_ids"].to(torch.int32), "attention_mask": enc["attention_mask"].to(torch.int8)}
+
+
+def make_tokenizer(cfg: LedgarConfig, train_texts: list[str]):
+    """tiny-bert: a word-level tokenizer trained on ``train_texts``; else the model's own."""
+    if cfg.model == TINY_ENCODER:
+        return word_tokenizer(train_texts, cfg.tiny_vocab, lm=False)
+    return load_tokenizer(resolve_hf(cfg.model, "encoder"))
 
 
 def trim(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,19 +186,9 @@ class Ledgar(ClassificationTask):
     metric_name = "macro_f1"
     # Fed-HeLLo: AdamW, batch 128, 100 clients (the paper gives no learning rate; 1e-3 for LoRA + head is ours)
     run_defaults = {"optimizer": "adamw", "lr": 1e-3, "batch_size": 128, "clients": 100}
-    n_classes: int | None = None
-
-    def tokenizer(self, train_texts: list[str] | None = None):
-        if getattr(self, "_tokenizer", None) is None:
-            if self.config.model == TINY_ENCODER:
-                if train_texts is None:
-                    raise RuntimeError("tiny-bert builds its tokenizer from the training texts: call load() first")
-                self._tokenizer = word_tokenizer(train_texts, self.config.tiny_vocab, lm=False)
-            else:
-                self._tokenizer = load_tokenizer(resolve_hf(self.config.model, "encoder"))
-        return self._tokenizer
 
     def load(self) -> TaskData:
+        """Read, check and encode the splits; ``info["tokenizer"]`` is what encoded them."""
         c = self.config
         train, test, names = read_ledgar(c)
         if c.max_train_examples is not None and c.max_train_examples < len(train):
@@ -169,28 +196,29 @@ class Ledgar(ClassificationTask):
             train = [train[i] for i in keep]
         ytr = np.asarray([r["label"] for r in train], dtype=np.int64)
         yte = np.asarray([r["label"] for r in test], dtype=np.int64)
-        self.n_classes = max(len(names), int(max(ytr.max(), yte.max())) + 1)
-        self.label_names = names or [str(i) for i in range(self.n_classes)]
+        n_classes = max(len(names), int(max(ytr.max(), yte.max())) + 1)
         try:
             check_disjoint([_digest(r["text"]) for r in train], [_digest(r["text"]) for r in test])
         except ValueError as e:
             log.warning("ledgar: the given splits share identical texts: %s", e)
-        tok = self.tokenizer([r["text"] for r in train])
-        log.info("ledgar: %d train / %d test texts, %d labels, seq_len %d", len(train), len(test), self.n_classes,
+        tok = make_tokenizer(c, [r["text"] for r in train])
+        log.info("ledgar: %d train / %d test texts, %d labels, seq_len %d", len(train), len(test), n_classes,
                  c.seq_len)
         return TaskData(
             train=encode_texts(tok, [r["text"] for r in train], ytr, c.seq_len),
             test=encode_texts(tok, [r["text"] for r in test], yte, c.seq_len),
-            train_labels=ytr, n_classes=self.n_classes,
-            info={"label_names": self.label_names, "n_train": len(train), "n_test": len(test)},
+            train_labels=ytr, n_classes=n_classes,
+            info={"label_names": names or [str(i) for i in range(n_classes)], "tokenizer": tok,
+                  "n_train": len(train), "n_test": len(test)},
         )
 
-    def build_model(self) -> ModelBundle:
+    def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
+        """The encoder + a fresh classifier for ``data.n_classes`` labels (head drawn from the
+        global RNG; tiny-bert's encoder from a fixed seed)."""
         c = self.config
-        if self.n_classes is None:
-            self.load()
+        check_arch(arch, "ledgar")
         if c.model == TINY_ENCODER:
-            encoder, src_path = tiny_encoder(len(self.tokenizer()), c.seq_len + 2), None
+            encoder, src_path = tiny_encoder(len(data.info["tokenizer"]), c.seq_len + 2), None
         else:
             from transformers import AutoModel
 
@@ -198,7 +226,7 @@ class Ledgar(ClassificationTask):
             encoder, src_path = load_hf_model(AutoModel, src), src.path
         pooling = encoder_pooling(src_path) if c.pooling == "auto" else c.pooling
         blocks, targets = family_layout(encoder.config.model_type, ENCODER_FAMILIES, "encoder")
-        model = EncoderClassifier(encoder, self.n_classes, pooling, c.classifier_dropout)
+        model = EncoderClassifier(encoder, data.n_classes, pooling, c.classifier_dropout)
         check_targets(model, f"encoder.{blocks}", targets)
         if on_cuda_only(c.gradient_checkpointing, "gradient_checkpointing"):
             enable_gradient_checkpointing(encoder)

@@ -45,7 +45,7 @@ import logging
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -286,11 +286,23 @@ def tiny_vision_model(name: str, n_classes: int, img_size: int) -> nn.Module:
     import timm.models.vision_transformer as vit
 
     patch = max(1, img_size // 8)
-    with fixed_init(0):
+    with fixed_init(0):  # the "pretrained" backbone: the same in every run
         if name == "vit_tiny_test":
-            return vit.VisionTransformer(img_size=img_size, patch_size=patch, num_classes=n_classes, embed_dim=48,
-                                         depth=12, num_heads=3, mlp_ratio=2.0, global_pool="avg")
-        return mixer.MlpMixer(num_classes=n_classes, img_size=img_size, patch_size=patch, num_blocks=12, embed_dim=48)
+            model = vit.VisionTransformer(img_size=img_size, patch_size=patch, num_classes=0, embed_dim=48,
+                                          depth=12, num_heads=3, mlp_ratio=2.0, global_pool="avg")
+        else:
+            model = mixer.MlpMixer(num_classes=0, img_size=img_size, patch_size=patch, num_blocks=12, embed_dim=48)
+    model.reset_classifier(n_classes)  # a fresh head from the run's (global, seeded) RNG
+    nn.init.trunc_normal_(model.head.weight, std=0.02)
+    nn.init.zeros_(model.head.bias)
+    return model
+
+
+def check_arch(arch: str | None, task: str) -> None:
+    """Tasks whose architecture is chosen by ``--model`` accept only the default ``arch``."""
+    if arch not in (None, "default"):
+        raise UserError(f"{task}: arch {arch!r} is not available (this task has only the default architecture; "
+                        f"choose the model with --model)")
 
 
 def timm_model(name: str, n_classes: int, img_size: int) -> nn.Module:
@@ -472,27 +484,105 @@ def _datasets_module():
     return datasets
 
 
-def read_records(path: Path) -> list[dict]:
-    """Rows of a JSONL file, a JSON list, or a parquet file."""
+RowCheck = Callable[[dict], "str | None"]  # a row -> what is wrong with it, or None
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type, for messages."""
+    names = {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def read_utf8(path: Path) -> str:
+    """A file's text; a non-UTF-8 byte or an empty file is a :class:`UserError` naming it."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UserError(f"{path} line {line}: not UTF-8 text (byte offset {e.start}: "
+                        f"{data[e.start:e.start + 1]!r})") from None
+    if not text.strip():
+        raise UserError(f"{path} is empty")
+    return text
+
+
+def read_json(path: Path) -> Any:
+    """A whole JSON file; malformed JSON is a :class:`UserError` naming file, line and column."""
+    try:
+        return json.loads(read_utf8(path))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} line {e.lineno} column {e.colno}: malformed JSON ({e.msg})") from None
+
+
+def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
+    rows = []
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a string
+        if line.strip():
+            try:
+                rows.append((n, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path} line {n} column {e.colno}: malformed JSON ({e.msg})") from None
+    return rows
+
+
+def _numbered_rows(path: Path) -> tuple[str, list[tuple[int, Any]]]:
+    """("line" | "row", [(number, decoded row)]) of a record file."""
     if path.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
         except ImportError:
             raise UserError(f"reading {path.name} needs pyarrow: {DATA_EXTRA}") from None
-        return pq.read_table(path).to_pylist()
-    if path.suffix == ".json":
-        text = path.read_text(encoding="utf-8")
-        if text.lstrip().startswith("["):
-            return json.loads(text)
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
+            raise UserError(f"{path}: not a readable parquet file ({str(e).splitlines()[0]})") from None
+        return "row", list(enumerate(table.to_pylist(), 1))
+    text = read_utf8(path)
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        rows = read_json(path)
+        return "item", list(enumerate(rows, 1))
+    return "line", _jsonl_rows(path, text)
+
+
+def read_records(path: Path, check: RowCheck | None = None) -> list[dict]:
+    """Rows of a JSONL file, a JSON list, or a parquet file.
+
+    Every row must be a JSON object and pass ``check``; the first that does not, a
+    malformed line, a non-UTF-8 byte or an empty file raise a one-line
+    :class:`UserError` naming the file (and line).
+    """
+    unit, numbered = _numbered_rows(path)
+    if not numbered:
+        raise UserError(f"{path} is empty")
+    return check_rows(numbered, check, str(path), unit)
+
+
+def check_rows(numbered: Iterable[tuple[int, Any]], check: RowCheck | None, source: str, unit: str = "row") -> list[dict]:
+    """The rows, after checking that each is an object that passes ``check``; else a
+    :class:`UserError` "<source> <unit> <n>: <problem>"."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise UserError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+    for n, row in numbered:
+        if not isinstance(row, dict):
+            raise UserError(f"{source} {unit} {n}: expected a JSON object, got {json_type(row)}")
+        problem = check(row) if check is not None else None
+        if problem:
+            raise UserError(f"{source} {unit} {n}: {problem}")
+        rows.append(row)
     return rows
+
+
+def field_problem(row: dict, name: str, kinds: tuple[type, ...], kind_name: str) -> str | None:
+    """What is wrong with ``row[name]`` if it is missing or not of ``kinds`` (bool is no int)."""
+    if name not in row or row[name] is None:
+        return f"missing field {name!r}"
+    value = row[name]
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        return f"field {name!r} must be {kind_name}, got {json_type(value)} {str(value)[:40]!r}"
+    return None
 
 
 def split_file(root: Path, split: str) -> Path | None:
@@ -503,7 +593,7 @@ def split_file(root: Path, split: str) -> Path | None:
     return None
 
 
-def read_local_splits(root: Path) -> dict[str, list[dict]]:
+def read_local_splits(root: Path, check: RowCheck | None = None) -> dict[str, list[dict]]:
     """{split: rows} from a folder of split files or a ``save_to_disk`` DatasetDict.
 
     A folder holding a single record file (e.g. ``databricks-dolly-15k.jsonl``) gives
@@ -511,14 +601,14 @@ def read_local_splits(root: Path) -> dict[str, list[dict]]:
     """
     if (root / "dataset_dict.json").exists():
         dd = _datasets_module().load_from_disk(str(root))
-        return {name: list(dd[name]) for name in dd}
-    out = {s: read_records(p) for s in SPLIT_NAMES if (p := split_file(root, s)) is not None}
+        return {name: check_rows(enumerate(dd[name], 1), check, f"{root / name}") for name in dd}
+    out = {s: read_records(p, check) for s in SPLIT_NAMES if (p := split_file(root, s)) is not None}
     if out:
         return out
     files = sorted(p for p in root.iterdir() if p.is_file() and p.suffix in RECORD_EXTS)
     files = [p for p in files if not p.name.startswith(("label", "class"))]
     if len(files) == 1:
-        return {"all": read_records(files[0])}
+        return {"all": read_records(files[0], check)}
     return {}
 
 

@@ -14,7 +14,16 @@ from fedbench.errors import UserError
 from fedbench.runners.experiment import Experiment
 from fedbench.tasks.instructions import DOLLY_CATEGORIES, IGNORE, Dolly, DollyConfig
 
-INSTRUCTIONS = Path(__file__).resolve().parents[3] / "shared" / "data" / "instructions"
+
+def shared_data(name: str) -> Path:
+    """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
+    sit at different depths); a path that does not exist when none has it."""
+    here = Path(__file__).resolve()
+    return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
+                here.parents[3] / "shared" / "data" / name)
+
+
+INSTRUCTIONS = shared_data("instructions")
 WORDS = ["river", "stone", "cloud", "lamp", "forest", "piano", "garden", "window", "bridge", "candle"]
 
 
@@ -94,7 +103,7 @@ def test_data_dir_may_name_the_jsonl_file_itself(tmp_path):
 def test_labels_masked_on_the_prompt(tmp_path):
     t = task(write_dolly(tmp_path / "d"), seq_len=64)
     data = t.load()
-    tok = t.tokenizer()
+    tok = data.info["tokenizer"]
     b = data.train.batch([0, 1, 2])
     for ids, labels, mask in zip(b["input_ids"], b["labels"], b["attention_mask"]):
         n = int(mask.sum())
@@ -103,7 +112,7 @@ def test_labels_masked_on_the_prompt(tmp_path):
         assert not resp[:first].any() and resp[first:n].all() and (labels[n:] == IGNORE).all()
         assert torch.equal(labels[first:n], ids[first:n]) and int(ids[n - 1]) == tok.eos_token_id
         assert tok.decode(ids[:first].tolist()).endswith("### response :")  # word-level tokens, lower-cased
-    loss, logits = t.loss(t.build_model().model, b)
+    loss, logits = t.loss(t.build_model(data).model, b)
     assert torch.isfinite(loss) and logits.shape[-1] == len(tok)
 
 
@@ -111,24 +120,25 @@ def test_long_prompts_are_cut_from_the_left_keeping_bos(tmp_path):
     rows = dolly_rows(1)
     rows[0]["context"] = " ".join(WORDS * 20)  # 200 words: longer than seq_len
     t = task(write_dolly(tmp_path / "d", rows), seq_len=32, test_fraction=0.5)
-    t.load()
+    tok = t.load().info["tokenizer"]
     from fedbench.tasks.instructions import Example
 
-    ds = t.encode([Example(rows[0]["instruction"], rows[0]["context"], rows[0]["response"], "brainstorming")], True)
+    ds = t.encode(tok, [Example(rows[0]["instruction"], rows[0]["context"], rows[0]["response"], "brainstorming")], True)
     b = ds.batch([0])
     n_resp = int((b["labels"][0] != IGNORE).sum())
     assert int(b["attention_mask"][0].sum()) == 32 and n_resp == 32 // 4
-    assert int(b["input_ids"][0, 0]) == t.tokenizer().bos_token_id
+    assert int(b["input_ids"][0, 0]) == tok.bos_token_id
     assert int(b["prompt_mask"][0].sum()) == 32 - n_resp
 
 
 def test_lora_only_like_real_lms(tmp_path):
     """Real LMs have no head modules: only LoRA tensors travel (train_lm_head=false)."""
     root = write_dolly(tmp_path / "d")
-    bundle = task(root, train_lm_head=False).build_model()
+    data = task(root).load()
+    bundle = task(root, train_lm_head=False).build_model(data)
     assert bundle.head_modules == [] and bundle.n_layers == 12
     assert bundle.layer_map("fedra")[2] == ["model.layers.2.self_attn.o_proj", "model.layers.2.mlp.down_proj"]
-    assert task(root).build_model().head_modules == ["lm_head"]  # the random-init stand-in trains its read-out
+    assert task(root).build_model(data).head_modules == ["lm_head"]  # the random-init stand-in trains its read-out
     run = dict(setting="iid", clients=2, per_round=2, rounds=1, batch_size=8, max_steps=1, measure_flops=False,
                out=str(tmp_path / "out"))
     tc = dict(data_dir=str(root), model="tiny-llama", seq_len=48, max_new_tokens=4, eval_max_examples=4,
@@ -140,11 +150,82 @@ def test_lora_only_like_real_lms(tmp_path):
 
 
 def test_missing_data(tmp_path):
-    with pytest.raises(UserError, match="databricks/databricks-dolly-15k.*--data-dir"):
-        task(tmp_path / "none").load()
-    with pytest.raises(UserError) as e:
+    with pytest.raises(UserError, match="no --data-dir given.*databricks/databricks-dolly-15k"):
         Dolly(DollyConfig(model="tiny-llama")).load()  # hub unreachable in tests, nothing cached
-    assert "\n" not in str(e.value) and "instruction" in str(e.value)
+    with pytest.raises(UserError) as e:
+        task(tmp_path / "none").load()
+    assert "\n" not in str(e.value) and "instruction" in str(e.value) and "databricks/" not in str(e.value)
+
+
+GOOD = json.dumps({"instruction": "Name a river.", "context": "", "response": "The Nile.", "category": "open_qa"})
+BAD_INPUT = {  # case -> (content as bytes, what the message must say)
+    "not an object": ((GOOD + "\n") * 2 + '"just a string"\n', r"line 3: expected a JSON object, got string"),
+    "malformed line": (GOOD + "\n{\"instruction\": \n", r"line 2 column \d+: malformed JSON"),
+    "not utf-8": ((GOOD + "\n").encode() + b'{"instruction": "\xff"}\n', r"line 2: not UTF-8 text \(byte offset"),
+    "empty": ("", r"databricks-dolly-15k\.jsonl is empty"),
+    "missing response": (GOOD + "\n" + json.dumps({"instruction": "x", "category": "open_qa"}),
+                         r"line 2: missing field 'response'"),
+    "numeric instruction": (json.dumps({"instruction": 7, "response": "x"}) + "\n",
+                            r"line 1: field 'instruction' must be a string, got integer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_names_file_and_line(tmp_path, case):
+    content, message = BAD_INPUT[case]
+    tmp_path.joinpath("databricks-dolly-15k.jsonl").write_bytes(content if isinstance(content, bytes)
+                                                                else content.encode())
+    with pytest.raises(UserError, match=message) as e:
+        task(tmp_path).load()
+    assert "\n" not in str(e.value) and str(tmp_path / "databricks-dolly-15k.jsonl") in str(e.value)
+
+
+def test_train_and_test_files_checked_too(tmp_path):
+    rows = dolly_rows(2)
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "test.jsonl").write_text(json.dumps(rows[0]) + "\n[1, 2, 3]\n")
+    with pytest.raises(UserError, match=r"test\.jsonl line 2: expected a JSON object, got list"):
+        task(tmp_path).load()
+
+
+def test_stateless_model_and_evaluation(tmp_path):
+    """build_model and evaluate need only their arguments: a fresh task object serves."""
+    root = write_dolly(tmp_path / "d")
+    data = task(root, eval_max_examples=4).load()
+    fresh = task(root, eval_max_examples=4)
+    bundle = fresh.build_model(data)
+    res = fresh.evaluate(bundle.model.eval(), data.test.subset([1, 2, 3, 4, 5]), torch.device("cpu"))
+    assert res.metric_name == "rouge_l" and res.extra["n_eval"] == 4
+    with pytest.raises(UserError, match="arch 'big'"):
+        fresh.build_model(data, arch="big")
+
+
+def test_lm_backbone_is_the_same_for_every_run_seed(tmp_path):
+    data = task(write_dolly(tmp_path / "d")).load()
+    states = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        states.append(task(tmp_path / "d").build_model(data).model.state_dict())
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])  # tiny-llama: "pretrained" incl. lm_head
+
+
+def test_second_load_hits_the_cache_and_seq_len_misses(tmp_path, monkeypatch):
+    from fedbench.tasks.instructions import InstructionTask
+
+    root = write_dolly(tmp_path / "d")
+    calls = []
+    tokenize = InstructionTask.tokenize
+    monkeypatch.setattr(InstructionTask, "tokenize", lambda self, *a: calls.append(self.config.seq_len)
+                        or tokenize(self, *a))
+    first = task(root).load()
+    again = task(root).load()
+    assert calls == [48, 48]
+    for split in ("train", "test"):
+        a, b = getattr(first, split).tensors, getattr(again, split).tensors
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert again.test.references == first.test.references
+    task(root, seq_len=40).load()
+    assert calls == [48, 48, 40, 40]
 
 
 # --------------------------------------------------------- the real Dolly-format set
@@ -184,8 +265,8 @@ def test_smollm2_alias_generates(tmp_path):
     t = Dolly(DollyConfig(data_dir=str(INSTRUCTIONS), model="smollm2-135m", seq_len=96, max_new_tokens=12,
                           eval_max_examples=4, max_train_examples=8))
     data = t.load()
-    bundle = t.build_model()
+    bundle = t.build_model(data)
     assert bundle.n_layers == 30 and bundle.head_modules == []
-    assert t.use_chat(t.tokenizer())  # SmolLM2-Instruct ships a chat template
+    assert t.use_chat(data.info["tokenizer"])  # SmolLM2-Instruct ships a chat template
     preds, refs = t.predictions(bundle.model.eval(), data.test, torch.device("cpu"))
     assert len(preds) == 4 and any(p for p in preds)

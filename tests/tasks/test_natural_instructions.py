@@ -62,8 +62,37 @@ def test_per_task_cap(tmp_path):
     assert len(train) == 3 * len(TASKS)
 
 
-def test_rows_without_text_fields(tmp_path):
-    (tmp_path / "train.jsonl").write_text(json.dumps({"prompt": "x", "completion": "y"}) + "\n")
-    (tmp_path / "test.jsonl").write_text(json.dumps({"prompt": "x", "completion": "y"}) + "\n")
-    with pytest.raises(UserError, match="natural_instructions: a row lacks text fields"):
-        NaturalInstructions(NaturalInstructionsConfig(data_dir=str(tmp_path), model="tiny-llama")).load()
+def ni(root: Path) -> NaturalInstructions:
+    return NaturalInstructions(NaturalInstructionsConfig(data_dir=str(root), model="tiny-llama", seq_len=48,
+                                                         max_new_tokens=4))
+
+
+GOOD = json.dumps({"definition": "Copy.", "input": "a b", "output": ["a b"], "task": "task005_copy"}) + "\n"
+BAD_INPUT = {  # case -> (file, content as bytes, what the message must say)
+    "no text fields": ("train.jsonl", (GOOD + json.dumps({"prompt": "x", "completion": "y"}) + "\n").encode(),
+                       r"train\.jsonl line 2: missing field 'definition'"),
+    "output not text": ("test.jsonl", (GOOD + json.dumps({"definition": "x", "output": {"a": 1}}) + "\n").encode(),
+                        r"test\.jsonl line 2: field 'output' must be a string, got object"),
+    "not an object": ("train.jsonl", (GOOD + "null\n").encode(), r"train\.jsonl line 2: expected a JSON object, got null"),
+    "malformed line": ("test.jsonl", (GOOD + "{oops}\n").encode(), r"test\.jsonl line 2 column \d+: malformed JSON"),
+    "not utf-8": ("train.jsonl", GOOD.encode() * 2 + b"\xc3(\n", r"train\.jsonl line 3: not UTF-8 text"),
+    "empty": ("test.jsonl", b"", r"test\.jsonl is empty"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_names_file_and_line(tmp_path, case):
+    name, content, message = BAD_INPUT[case]
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text(GOOD)
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(UserError, match=message) as e:
+        ni(tmp_path).load()
+    assert "\n" not in str(e.value) and str(tmp_path / name) in str(e.value)
+    assert "Muennighoff" not in str(e.value)  # no download hint when --data-dir was given
+
+
+def test_build_model_from_data_only(tmp_path):
+    data = ni(write_ni(tmp_path / "ni")).load()
+    bundle = ni(tmp_path / "ni").build_model(data)
+    assert bundle.n_layers == 12 and bundle.model.config.vocab_size == len(data.info["tokenizer"])

@@ -63,3 +63,25 @@ def test_unknown_domain_and_empty_folder(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="nicopp: no domain folders"):
         load(tmp_path / "empty")
+
+
+def test_split_files_name_a_missing_image(tmp_path):
+    """NICO++ folders may come with split files too: every listed image is checked."""
+    root = write_nicopp(tmp_path / "data")
+    for d in STYLES:
+        for split in ("train", "test"):
+            rows = [f"{d}/{c}/{i}.{'png' if i % 2 else 'jpg'} {y}" for y, c in enumerate(CLASSES)
+                    for i in (range(4) if split == "train" else [4])]
+            (root / f"{d}_{split}.txt").write_text("\n".join(rows) + "\n")
+    (root / "rock" / "bird" / "2.jpg").unlink()
+    with pytest.raises(UserError, match=r"nicopp: .*rock_train\.txt line 11 names 'rock/bird/2\.jpg'"):
+        load(root)
+
+
+def test_corrupt_image_found_while_training_names_the_file(tmp_path):
+    root = write_nicopp(tmp_path / "data")
+    (root / "dim" / "bird" / "3.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    data = load(root)
+    i = data.train.paths.index("dim/bird/3.png")
+    with pytest.raises(UserError, match=r"unreadable image .*dim/bird/3\.png"):
+        data.train[i]
