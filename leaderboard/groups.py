@@ -41,7 +41,8 @@ __all__ = [
 
 #: RunConfig fields that never change a result.
 IGNORED_RUN_FIELDS = frozenset({"seed", "out", "device", "runner", "workers", "threads", "eval_every",
-                                "measure_flops", "eval_initial"})
+                                "measure_flops", "eval_initial", "store_memory_mb", "checkpoint_every",
+                                "keep_checkpoints", "divergence_factor"})
 #: Fields shown as the resource label (RoC column) or as the columns.
 LABEL_FIELDS = frozenset({"setting", "roc", "capacities"})
 #: Record ``run`` keys used when a record has no ``run.run_config`` -> RunConfig name.

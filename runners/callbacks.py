@@ -61,21 +61,17 @@ class Diverged(RuntimeError):
 
 class DivergenceGuard(Callback):
     """Fails the run when the mean training loss of a round exceeds ``factor`` x the first
-    round's for ``patience`` rounds in a row (``run.divergence_factor``; 0 = off)."""
+    round's for ``patience`` rounds in a row (``run.divergence_factor``; 0 = off). It reads
+    the run's round log, so it keeps no state of its own (a resumed run checks the same)."""
 
     def __init__(self, factor: float, patience: int = 2):
         self.factor, self.patience = factor, patience
-        self.first: float | None = None
-        self.bad = 0
 
     def on_round_end(self, exp, log):
-        loss = log.train_loss
-        if self.factor <= 0 or loss is None or not math.isfinite(loss):
+        losses = [l.train_loss for l in exp.history.logs if l.train_loss is not None]
+        if self.factor <= 0 or len(losses) <= self.patience or not all(math.isfinite(x) for x in losses):
             return
-        if self.first is None:
-            self.first = loss
-            return
-        self.bad = self.bad + 1 if loss > self.factor * max(self.first, 1e-12) else 0
-        if self.bad >= self.patience:
-            raise Diverged(f"training diverged: mean loss {loss:.4g} in round {log.round} is over "
-                           f"{self.factor:g}x round 1's {self.first:.4g} for {self.patience} rounds")
+        bound = self.factor * max(losses[0], 1e-12)
+        if all(x > bound for x in losses[-self.patience:]):
+            raise Diverged(f"training diverged: mean loss {losses[-1]:.4g} in round {log.round} is over "
+                           f"{self.factor:g}x round 1's {losses[0]:.4g} for {self.patience} rounds")

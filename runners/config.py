@@ -50,6 +50,9 @@ class RunConfig:
     threads: int | None = cfg_field(None, "torch threads of the process (None = 1 for tiny tasks, else the cores "
                                           "given to the process)")
     store_memory_mb: float = cfg_field(1024.0, "memory for the clients' private state before it spills to disk")
+    checkpoint_every: int = cfg_field(1, "write a checkpoint every this many rounds (and after the last) so a "
+                                         "killed run resumes when run again; 0 = never")
+    keep_checkpoints: bool = cfg_field(False, "keep the checkpoint after the run ends ok")
     out: str = cfg_field("results", "directory of result records")
     runner: str = cfg_field("local", "engine that runs the clients: local (one process)")
 
@@ -79,6 +82,7 @@ class RunConfig:
         check(self, "out", bool(self.out.strip()), "must be a directory path")
         check(self, "threads", self.threads is None or self.threads >= 1, "must be an integer >= 1 (or none)")
         check(self, "divergence_factor", self.divergence_factor >= 0, "must be a number >= 0 (0 = never)")
+        check(self, "checkpoint_every", self.checkpoint_every >= 0, "must be an integer >= 0 (0 = never)")
         check(self, "store_memory_mb", self.store_memory_mb > 0, "must be a number > 0")
         if self.local_split is not None:
             parts = self.local_split.split(":")

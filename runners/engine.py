@@ -79,6 +79,7 @@ class Engine:
                 for cb in exp.callbacks:
                     cb.on_client_end(exp, rnd, cost)
             state = exp.method.aggregate(state, updates)
+        exp.state = state
         metric, eval_seconds = None, 0.0
         if rnd % exp.run_cfg.eval_every == 0 or rnd == exp.run_cfg.rounds:
             t0 = time.perf_counter()

@@ -17,7 +17,7 @@ import fedbench
 from fedbench.errors import UserError
 
 #: run-config fields that cannot change a result: left out of the run id
-NOT_IN_IDENTITY = ("out", "runner", "workers", "threads", "store_memory_mb")
+NOT_IN_IDENTITY = ("out", "runner", "workers", "threads", "store_memory_mb", "checkpoint_every", "keep_checkpoints")
 
 
 def resolve_device(spec: str) -> torch.device:

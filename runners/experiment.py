@@ -28,7 +28,7 @@ from fedbench.config import build_config, config_to_dict
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.methods.base import Method, MethodContext, MethodState
-from fedbench.runners import records
+from fedbench.runners import checkpoint, records
 from fedbench.runners.callbacks import Callback, Diverged, DivergenceGuard, History
 from fedbench.runners.config import RunConfig
 from fedbench.runners.engine import ENGINES
@@ -84,6 +84,9 @@ class Experiment:
         )
         self.last_eval: EvalResult | None = None
         self.initial_eval: EvalResult | None = None
+        self.state: MethodState | None = None  # the global state after the last finished round
+        self.elapsed_before = 0.0  # seconds spent before a resume (from the checkpoint)
+        self._t_start = time.perf_counter()
 
     # ------------------------------------------------------------------ identity
     def resolved_run(self) -> dict[str, Any]:
@@ -168,20 +171,31 @@ class Experiment:
         return _subset(test, np.asarray(self.proxy_indices, dtype=np.int64)) if need else None
 
     # ------------------------------------------------------------------ run
+    def elapsed(self) -> float:
+        """Wall seconds of this run, including those before a resume."""
+        return self.elapsed_before + time.perf_counter() - self._t_start
+
     def run(self) -> tuple[dict, Path]:
-        t_start = time.perf_counter()
+        """Run (or resume from its checkpoint) and write the record."""
+        self._t_start = time.perf_counter()
         status, error = "ok", None
         engine = None
+        ckpt = checkpoint.checkpoint_path(self.record_path())
         try:
             with _sigterm_as_cancel():
                 self.setup()
                 engine = ENGINES.get(self.run_cfg.runner)(self)
-                state = self.method.init_state(self.am.read(self.am.all_keys + self.method.base_weights_needed()))
-                if self.run_cfg.eval_initial:
-                    self.initial_eval = self.evaluate(state, engine)
+                self.state = self.method.init_state(self.am.read(self.am.all_keys + self.method.base_weights_needed()))
+                done = checkpoint.restore(ckpt, self)
+                if done:
+                    log.info("resuming %s from its checkpoint after round %d", self.run_id(), done)
+                elif self.run_cfg.eval_initial:
+                    self.initial_eval = self.evaluate(self.state, engine)
+                if self.run_cfg.checkpoint_every:
+                    self.callbacks.append(checkpoint.Checkpointer(ckpt, self.run_cfg.checkpoint_every))
                 for cb in self.callbacks:
                     cb.on_run_start(self, self.run_cfg.rounds)
-                engine.run(state)
+                engine.run(self.state, done + 1)
         except KeyboardInterrupt as e:
             status, error = "cancelled", "terminated (SIGTERM)" if isinstance(e, Cancelled) else "interrupted (Ctrl-C)"
         except (NonFiniteLoss, Diverged) as e:
@@ -198,9 +212,11 @@ class Experiment:
                 engine.close()
             if getattr(self, "store", None) is not None:
                 self.store.close()
-        rec = self.record(status, error, time.perf_counter() - t_start)
+        rec = self.record(status, error, self.elapsed())
         path = records.record_path(self.run_cfg.out, rec)
         records.write_record(rec, path)
+        if status == "ok" and not self.run_cfg.keep_checkpoints:
+            checkpoint.remove(ckpt)
         for cb in self.callbacks:
             cb.on_run_end(self, rec)
         return rec, path

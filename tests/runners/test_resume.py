@@ -1,0 +1,44 @@
+"""Resume: a run killed after round k continues from its checkpoint when run again and
+ends with the record of an uninterrupted run (metrics bit-exact on CPU)."""
+
+import pytest
+
+from fedbench.runners import checkpoint
+from fedbench.runners.callbacks import Callback
+from fedbench.runners.experiment import Experiment
+
+RUN = dict(rounds=3, clients=4, per_round=2, seed=2, roc="1:1:1")
+
+
+class KillAt(Callback):
+    """Interrupts the run during round ``rnd`` (after round rnd - 1's checkpoint)."""
+
+    def __init__(self, rnd):
+        self.rnd = rnd
+
+    def on_client_end(self, exp, rnd, cost):
+        if rnd == self.rnd:
+            raise KeyboardInterrupt
+
+
+def _comparable(rec):
+    cost = {k: v for k, v in rec["cost"].items() if "seconds" not in k}
+    return rec["results"], cost, rec["run"]["sampled_clients"]
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fed_hello_fim"])
+def test_killed_run_resumes_to_the_uninterrupted_record(method, tmp_path):
+    full, _ = Experiment(method, "tiny_text", dict(RUN, out=str(tmp_path / "full"))).run()
+    run = dict(RUN, out=str(tmp_path / "killed"))
+    cut, path = Experiment(method, "tiny_text", run, callbacks=[KillAt(2)]).run()
+    assert cut["status"] == "cancelled" and cut["run"]["rounds_completed"] == 1
+    assert checkpoint.checkpoint_path(path).exists()
+    resumed, path2 = Experiment(method, "tiny_text", run).run()
+    assert path2 == path and resumed["status"] == "ok" and resumed["run"]["rounds_completed"] == 3
+    assert _comparable(resumed) == _comparable(full)
+    assert not checkpoint.checkpoint_path(path).exists()  # removed once the run ended ok
+
+
+def test_keep_checkpoints(tmp_path):
+    rec, path = Experiment("fedavg", "tiny_text", dict(RUN, rounds=1, keep_checkpoints=True, out=str(tmp_path))).run()
+    assert rec["status"] == "ok" and checkpoint.checkpoint_path(path).exists()
