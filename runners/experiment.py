@@ -202,8 +202,10 @@ class Experiment:
             status, error = "failed", f"{e} in round {len(self.history.logs) + 1}"
         except torch.cuda.OutOfMemoryError as e:
             status, error = "failed", "CUDA out of memory: " + str(e).splitlines()[0]
-        except UserError:
-            raise
+        except UserError as e:
+            if engine is None:  # bad input found while setting up: one line, exit 2, no record
+                raise
+            status, error = "failed", str(e)  # bad data found while training (e.g. an unreadable image)
         except Exception as e:  # noqa: BLE001 - any failure still leaves a record
             log.exception("run failed")
             status, error = "failed", f"{type(e).__name__}: {e}"

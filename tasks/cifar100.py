@@ -39,7 +39,7 @@ from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
 from fedbench.tasks.image_domains import VisionConfig, VisionTask
-from fedbench.tasks.models import DATA_EXTRA, cached_snapshot, hub_reachable
+from fedbench.tasks.image_sources import read_image_source
 from fedbench.tasks.partition import check_disjoint
 
 log = logging.getLogger(__name__)
@@ -104,53 +104,18 @@ def read_python_folder(folder: Path) -> tuple[dict, list[str]]:
     return out, names
 
 
-def _hf_split(ds) -> tuple[np.ndarray, np.ndarray]:
-    """``img`` (PIL images) and ``fine_label`` columns -> uint8 (N, 3, H, W), labels."""
-    imgs = np.stack([np.asarray(im.convert("RGB"), dtype=np.uint8) for im in ds["img"]])  # (N, H, W, 3)
-    return imgs.transpose(0, 3, 1, 2).copy(), np.asarray(ds["fine_label"], dtype=np.int64)
-
-
-def read_hf(dd) -> tuple[dict, list[str]]:
-    missing = [s for s in ("train", "test") if s not in dd]
-    if missing:
-        raise _missing(f"the dataset has no {missing[0]!r} split (has: {', '.join(dd)})")
-    cols = set(dd["train"].column_names)
-    if not {"img", "fine_label"} <= cols:
-        raise _missing(f"expected columns img and fine_label, found {sorted(cols)}")
-    feat = dd["train"].features["fine_label"]
-    names = list(getattr(feat, "names", []) or [])
-    return {s: _hf_split(dd[s]) for s in ("train", "test")}, names
-
-
-def _datasets():
-    try:
-        import datasets
-    except ImportError:
-        raise UserError(f"cifar100 from the hub or a save_to_disk folder needs `datasets`: {DATA_EXTRA}") from None
-    return datasets
+def _read_folder(root: Path) -> tuple[dict, list[str]] | None:
+    """The original ``cifar-100-python`` pickles in ``root`` or ``root/cifar-100-python``."""
+    for folder in (root, root / "cifar-100-python"):
+        if (folder / "train").is_file() and (folder / "test").is_file():
+            return read_python_folder(folder)
+    return None
 
 
 def read_source(data_dir: str | None, hf_id: str) -> tuple[dict, list[str]]:
-    if data_dir:
-        root = Path(data_dir).expanduser()
-        if not root.is_dir():
-            raise _missing(f"--data-dir {root} is not a folder")
-        for folder in (root, root / "cifar-100-python"):
-            if (folder / "train").is_file() and (folder / "test").is_file():
-                return read_python_folder(folder)
-        if (root / "dataset_dict.json").exists():
-            return read_hf(_datasets().load_from_disk(str(root)))
-        raise _missing(f"{root} holds neither a save_to_disk DatasetDict nor cifar-100-python files")
-    ds = _datasets()
-    if hub_reachable():
-        try:
-            return read_hf(ds.load_dataset(hf_id))
-        except (OSError, ConnectionError) as e:
-            raise _missing(f"could not download {hf_id} ({str(e).splitlines()[0]})") from None
-    local = cached_snapshot(hf_id, "dataset")
-    if local is None:
-        raise _missing("no --data-dir given and the HF hub cannot be reached")
-    return read_hf(ds.load_dataset(local))
+    """Splits and class names: the original pickles, a save_to_disk folder or the hub
+    (:func:`~fedbench.tasks.image_sources.read_image_source`)."""
+    return read_image_source("cifar100", data_dir, hf_id, _read_folder, "img", "fine_label", "RGB", _missing)
 
 
 def _digests(x: np.ndarray) -> list[str]:

@@ -1,7 +1,17 @@
 """Small versions of the tiny tasks for smoke runs (seconds on 2 CPU cores)."""
 
+from pathlib import Path
+
 SMALL_TASK_CONFIGS = {
     "tiny_vision": {"n_train_per_domain": 24, "n_test_per_domain": 8},
     "tiny_text": {"n_train": 160, "n_test": 48},
     "tiny_lm": {"n_train": 96, "n_test": 24},
 }
+
+
+def shared_data(name: str) -> Path:
+    """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
+    sit at different depths); a path that does not exist when none has it."""
+    here = Path(__file__).resolve()
+    return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
+                here.parents[2] / "shared" / "data" / name)

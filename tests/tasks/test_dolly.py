@@ -10,17 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from smoke import shared_data
 from fedbench.errors import UserError
 from fedbench.runners.experiment import Experiment
 from fedbench.tasks.instructions import DOLLY_CATEGORIES, IGNORE, Dolly, DollyConfig
-
-
-def shared_data(name: str) -> Path:
-    """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
-    sit at different depths); a path that does not exist when none has it."""
-    here = Path(__file__).resolve()
-    return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
-                here.parents[3] / "shared" / "data" / name)
 
 
 INSTRUCTIONS = shared_data("instructions")

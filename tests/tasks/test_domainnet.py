@@ -12,19 +12,12 @@ import numpy as np
 import pytest
 import torch
 
+from smoke import shared_data
 from fedbench.errors import UserError
 from fedbench.runners.cli import main as cli_main
 from fedbench.runners.experiment import Experiment
 from fedbench.tasks.base import TaskData
 from fedbench.tasks.image_domains import DomainNet, DomainNetConfig
-
-
-def shared_data(name: str) -> Path:
-    """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
-    sit at different depths); a path that does not exist when none has it."""
-    here = Path(__file__).resolve()
-    return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
-                here.parents[3] / "shared" / "data" / name)
 
 
 PACS = shared_data("pacs")

@@ -10,19 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from smoke import shared_data
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.runners.experiment import Experiment
 from fedbench.tasks.base import classification_result
 from fedbench.tasks.ledgar import Ledgar, LedgarConfig, read_ledgar
-
-
-def shared_data(name: str) -> Path:
-    """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
-    sit at different depths); a path that does not exist when none has it."""
-    here = Path(__file__).resolve()
-    return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
-                here.parents[3] / "shared" / "data" / name)
 
 
 LICENSES = shared_data("licenses")
