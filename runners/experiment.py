@@ -37,7 +37,7 @@ from fedbench.runners.seeds import rng_for
 from fedbench.runners.server import ServerTools
 from fedbench.runners.store import ClientStore
 from fedbench.runners.summary import cost_section, results_section
-from fedbench.runners.tiers import TierAssigner
+from fedbench.runners.tiers import TierAssigner, tier_ranks_for
 from fedbench.runners.train import NonFiniteLoss, TrainSettings
 from fedbench.runners.worker import ClientWorker, EvalJob, ModelPool, WorkerSpec
 from fedbench.tasks import TASKS
@@ -82,6 +82,7 @@ class Experiment:
             optimizer=r.optimizer or d.get("optimizer", "adamw"), lr=r.lr or d.get("lr", 1e-3),
             momentum=r.momentum, weight_decay=r.weight_decay, grad_clip=r.grad_clip, max_steps=r.max_steps,
         )
+        self.tier_ranks = tier_ranks_for(r.tier_ranks, self.task.kind)  # None = the paper's, by task kind
         self.last_eval: EvalResult | None = None
         self.initial_eval: EvalResult | None = None
 
@@ -90,7 +91,7 @@ class Experiment:
         """Every RunConfig field, defaults resolved (what the record and the run id hold)."""
         d = config_to_dict(self.run_cfg)
         d.update(clients=self.clients, batch_size=self.train.batch_size, optimizer=self.train.optimizer,
-                 lr=self.train.lr, local_split=self.local_split)
+                 lr=self.train.lr, local_split=self.local_split, tier_ranks=self.tier_ranks)
         return d
 
     def run_id(self) -> str:
@@ -127,7 +128,7 @@ class Experiment:
         self.am = self.pool.get()  # the default architecture: global model, server tools, evaluation
         self.tiers = TierAssigner(
             self.n_clients, self.am.bundle.n_layers, roc=r.roc, capacities=r.capacities, dynamic=r.dynamic,
-            tier_fractions=list(r.tier_fractions), tier_ranks=list(r.tier_ranks), max_rank=mc.lora_r, seed=r.seed,
+            tier_fractions=list(r.tier_fractions), tier_ranks=self.tier_ranks, max_rank=mc.lora_r, seed=r.seed,
         )
         proxy = self._hold_out()
         self.server = ServerTools(self.am, self.task, proxy, self.device)
@@ -137,6 +138,7 @@ class Experiment:
             task_kind=self.task.kind, server=self.server, block_bytes=self.am.block_bytes, rounds=r.rounds,
         )
         self.method = self.method_cls(self.method_cfg, self.ctx)
+        self.method.check_tiers(self.tiers.reachable_profiles(self.sizes))
         self.pool.set_method(self.method)
         self.ctx.extra_keys = list(self.am.extra_keys)
         self.worker = ClientWorker(self.pool, self.method, WorkerSpec(self.train, r.measure_flops))

@@ -192,6 +192,12 @@ _SCHEMA = _Obj({
             "by_tier": _MapOf(_Obj({"down": NUM, "up": NUM, "total": NUM})),
         }),
         "traffic_mb_total": NUM_N,
+        # label -> the same traffic with the down part counted another way (Method.down_bytes_variants:
+        # e.g. FLoRA's merged weights, FedRA's frozen blocks); the label says what is counted
+        "traffic_alt_mb_per_client_round": _Opt(_MapOf(_Obj({
+            "down": NUM_N, "up": NUM_N, "total": NUM_N,
+            "by_tier": _MapOf(_Obj({"down": NUM, "up": NUM, "total": NUM})),
+        }))),
         "seconds_per_round": NUM_N,
         "seconds_total": NUM_N,
         "seconds_per_client_step": NUM_N,
