@@ -142,6 +142,9 @@ class MethodContext:
     block_bytes: dict[int, int] = field(default_factory=dict)  # frozen base weights per block
     rounds: int = 0  # communication rounds of the run (for schedules such as DepthFL's w(t))
     extra_keys: list[str] = field(default_factory=list)  # tensors of ``Method.extra_modules``, set by the runner
+    #: ``init_head(module, template)``: initialise a new classifier shaped like the task's head
+    #: ``template`` as the task initialises its head (``Task.init_head``); None = ``tasks.base.init_like``
+    init_head: Callable[[torch.nn.Module, torch.nn.Module], None] | None = None
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]
@@ -335,6 +338,11 @@ class Method:
         ``ctx.extra_keys``), are part of the initial state and travel in payloads and
         uploads like any other tensor. Called under the run's seeded RNG. Default: none.
         """
+        return {}
+
+    def layout(self) -> dict[str, Any]:
+        """Structural facts of this run's method worth recording (JSON-serialisable), written
+        to ``run.method_layout``, e.g. where DepthFL's classifiers sit. Default: none."""
         return {}
 
     def describe(self) -> dict[str, Any]:

@@ -136,6 +136,7 @@ class Experiment:
             n_layers=self.am.bundle.n_layers, layer_keys=self.am.layer_keys, head_keys=self.am.head_keys,
             profiles=self.tiers.static_profiles(self.sizes), lora_r=mc.lora_r, lora_alpha=mc.lora_alpha,
             task_kind=self.task.kind, server=self.server, block_bytes=self.am.block_bytes, rounds=r.rounds,
+            init_head=self.task.init_head,
         )
         self.method = self.method_cls(self.method_cfg, self.ctx)
         self.method.check_tiers(self.tiers.reachable_profiles(self.sizes))
@@ -265,6 +266,7 @@ class Experiment:
             holdout_indices=getattr(self, "holdout_indices", []), proxy_indices=getattr(self, "proxy_indices", []),
             client_sizes=getattr(self, "sizes", []), client_archs={str(c): a for c, a in archs.items()},
             sampled_clients=[l.sampled for l in logs],
+            method_layout=self.method.layout() if hasattr(self, "method") else {},
         )
         rec["results"].update(results_section(
             logs, self.last_eval, self.initial_eval, self.task.metric_name if hasattr(self.task, "metric_name")

@@ -157,6 +157,7 @@ _SCHEMA = _Obj({
         "client_sizes": _Opt(_ListOf(INT)),
         "client_archs": _Opt(_MapOf(STR)),  # client -> architecture of its model (per-client models)
         "sampled_clients": _Opt(_ListOf(_ListOf(INT))),  # per round, the clients sampled
+        "method_layout": _Opt(DICT),  # Method.layout(): e.g. DepthFL's exits_after_blocks (1-based)
     }),
     "results": _Obj({
         "metric_name": STR,
