@@ -59,9 +59,17 @@ class InclusiveFL(Method):
     level l (levels = the tiers' depths and L): the top block s-1 of the smaller model gets
     beta * m_s added to its aggregated update, where m_s is the mean over the upper blocks
     j in [s, l) (those the larger model has and the smaller lacks) of their aggregated
-    update of the previous round (a buffer in the state). So it acts in every round after
-    the first; the authors' code only used the buffer in round one (a type check on an
-    int 0), which we do not copy. Blocks are matched tensor by tensor (same structure).
+    update **of this round** (docs/methods.md: "the top block of each smaller model also
+    receives beta * (mean of the larger models' updates of their upper blocks) added to its
+    own update"; the paper's purpose: compensate the shallow models' top layer with the
+    knowledge the deeper layers gained). So it acts in every round, including the first.
+    Checked against the paper: its text is not in this repository and we could not consult
+    it; we follow methods.md's reading of it. The earlier implementation applied the
+    *previous* round's update (a one-round lag that neither methods.md nor the paper's
+    description calls for): fixed. The authors' code only used its buffer in round one (a
+    type check on an int 0), which we do not copy. The term applied this round is kept in
+    the state (``inclusivefl_momentum.<key>``, for inspection; never evaluated or sent).
+    Blocks are matched tensor by tensor (same structure).
     Deviation: one shared head, as in FedRA's runs (the paper's per-size models each have
     their own top; methods.md: "its own head" = the client trains the head too).
     """
@@ -89,13 +97,13 @@ class InclusiveFL(Method):
             top = self.ctx.layer_keys[s - 1]
             upper = [self.ctx.layer_keys[j] for j in range(s, l) if j in trained]
             for i, k in enumerate(top):
-                if MOMENTUM + k in state.tensors:  # last round's buffer: every round after the first
-                    out[k] = out[k] + self.config.beta * state.tensors[MOMENTUM + k]
                 deltas = [new[keys[i]].float() - state.tensors[keys[i]].float() for keys in upper]
                 for d in deltas:
                     if d.shape != new[k].shape:
                         raise ValueError(f"inclusivefl: block tensors differ in shape ({k})")
-                out[MOMENTUM + k] = torch.stack(deltas).mean(0) if deltas else torch.zeros_like(new[k], dtype=torch.float32)
+                m = torch.stack(deltas).mean(0) if deltas else torch.zeros_like(new[k], dtype=torch.float32)
+                out[k] = (new[k].float() + self.config.beta * m).to(new[k].dtype)  # this round's upper update
+                out[MOMENTUM + k] = m
         return MethodState(out, state.extra)
 
     def eval_tensors(self, state):
