@@ -49,7 +49,7 @@ class InclusiveFLConfig(MethodConfig):
         check(self, "beta", self.beta >= 0, "must be a number >= 0 (0 = no momentum distillation)")
 
 
-@METHODS.register("inclusivefl", "InclusiveFL: prefix depth per tier, per-layer owner averaging, momentum distillation")
+@METHODS.register("inclusivefl", "InclusiveFL: prefix depth per tier, per-layer owner averaging, momentum distillation of this round's upper-block update")
 class InclusiveFL(Method):
     """InclusiveFL (Liu et al., "No One Left Behind: Inclusive Federated Learning over
     Heterogeneous Devices", KDD 2022), with LoRA as FedRA ran it.
@@ -179,7 +179,7 @@ def fresh_copy(module: nn.Module, init_head=None) -> nn.Module:
     return m
 
 
-@METHODS.register("depthfl", "DepthFL: prefix depth with a classifier per block group, mutual self-distillation")
+@METHODS.register("depthfl", "DepthFL: prefix depth with n_exits=4 classifiers spread over the depth, mutual self-distillation")
 class DepthFL(Method):
     """DepthFL (Kim et al., "DepthFL: Depthwise Federated Learning for Heterogeneous
     Clients", ICLR 2023), with LoRA on a transformer as FedRA ran it.

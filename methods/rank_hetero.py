@@ -1,8 +1,9 @@
 """Rank-heterogeneous federated LoRA: HETLoRA, FlexLoRA, FLoRA.
 
-Every client trains LoRA on all layers at its tier's rank r_i (``ClientProfile.rank``,
-``--roc`` tiers default to r = 1/4/16); the global LoRA has rank r_max = ``lora_r``
-(default 16, so the default tiers fit). A client of rank r_i != r_max trains a peft
+Every client trains LoRA on all layers at its tier's rank r_i (``ClientProfile.rank``;
+``--roc`` tiers default by task kind to Fed-HeLLo Sec. IV-A's r = 1/4/16 for
+classification and 1/1/8 for instruction tuning); the global LoRA has rank r_max =
+``lora_r`` (default by task kind: 16 / 8, so the default tiers fit). A client of rank r_i != r_max trains a peft
 adapter of its own (``ClientPlan.rank``); its tensors keep their canonical names with
 rank-r_i shapes: A (r_i, d_in), B (d_out, r_i).
 
@@ -379,7 +380,7 @@ class FlexLoRA(RankMethod):
 
 
 # ----------------------------------------------------------------------------- FLoRA
-@METHODS.register("flora", "FLoRA: stack the clients' LoRA along the rank axis, merge into the base, fresh LoRA each round")
+@METHODS.register("flora", "FLoRA: stack the clients' LoRA along the rank axis, merge into the base, fresh LoRA each round (traffic: the stack; merged weights as alt)")
 class FLoRA(RankMethod):
     """FLoRA (Wang et al., "FLoRA: Federated Fine-Tuning Large Language Models with
     Heterogeneous Low-Rank Adaptations", NeurIPS 2024).
