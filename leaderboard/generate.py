@@ -152,6 +152,10 @@ def render_task(task: str, records: list[dict], plots: Sequence[str] = ()) -> st
             "Pareto ✓: no other row is at least as good on both Avg and weakest-tier TFLOPs/step and "
             "strictly better on one (rows without either are not compared).",
         ]
+    alt = _alt_traffic([r for r in recs if r["status"] == "ok"])
+    if alt:
+        notes.append("MB/round counts what the method's paper counts; other counts of the same traffic "
+                     "(mean MB per client per round, down + up): " + "; ".join(alt) + ".")
     mixed = _mixed_test_sets([r for r in recs if r["status"] == "ok"])
     if mixed:
         log.warning("%s: runs scored on different held-out test examples: %s", task, "; ".join(mixed))
@@ -164,6 +168,17 @@ def render_task(task: str, records: list[dict], plots: Sequence[str] = ()) -> st
     if notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def _alt_traffic(recs: list[dict]) -> list[str]:
+    """``method: label = MB`` for each method's ``cost.traffic_alt_mb_per_client_round``
+    entries (mean over its runs)."""
+    vals: dict = defaultdict(list)
+    for r in recs:
+        for label, t in ((r.get("cost") or {}).get("traffic_alt_mb_per_client_round") or {}).items():
+            if t.get("total") is not None:
+                vals[(r["run"]["method"], label)].append(float(t["total"]))
+    return [f"`{esc(m)}` with {esc(label)}: {sum(v) / len(v):.3g} MB" for (m, label), v in sorted(vals.items())]
 
 
 DAGGER_NOTE = (

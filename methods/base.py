@@ -142,6 +142,9 @@ class MethodContext:
     block_bytes: dict[int, int] = field(default_factory=dict)  # frozen base weights per block
     rounds: int = 0  # communication rounds of the run (for schedules such as DepthFL's w(t))
     extra_keys: list[str] = field(default_factory=list)  # tensors of ``Method.extra_modules``, set by the runner
+    #: ``init_head(module, template)``: initialise a new classifier shaped like the task's head
+    #: ``template`` as the task initialises its head (``Task.init_head``); None = ``tasks.base.init_like``
+    init_head: Callable[[torch.nn.Module, torch.nn.Module], None] | None = None
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]
@@ -178,6 +181,9 @@ class Method:
     #: "local" = every client's own model (private state + the global part) on its own
     #: local test split (``run.local_split``), averaged over clients (personalised FL)
     evaluation: ClassVar[Literal["global", "local"]] = "global"
+    #: the method trains only clients whose budget covers every layer (``exclusive``): the
+    #: default ``check_tiers`` refuses a federation that has none
+    requires_full_tier: ClassVar[bool] = False
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config
@@ -195,6 +201,33 @@ class Method:
         """How many of the ``n_holdout`` test examples the runner holds out for the server
         (``run.server_holdout``) this method's server uses as its proxy set. Default: none."""
         return 0
+
+    def check_tiers(self, profiles: Sequence[ClientProfile]) -> None:
+        """Refuse, with a one-line :class:`~fedbench.errors.UserError`, a federation in which
+        the method would train nobody. ``profiles``: every budget a client can have (the
+        static profiles, or one per reachable tier with ``--dynamic``); the runner calls it
+        once after building the method. Default: with ``requires_full_tier``, some client
+        must be able to train all ``n_layers`` layers."""
+        if self.requires_full_tier and not any(p.layers >= self.ctx.n_layers for p in profiles):
+            from fedbench.errors import UserError
+
+            budgets = sorted({p.layers for p in profiles})
+            raise UserError(f"{type(self).__name__.lower()} trains only clients that can train all "
+                            f"{self.ctx.n_layers} layers, and no client can (budgets {budgets}); "
+                            f"give some client the full tier (e.g. --roc with a full-capacity share)")
+
+    def down_bytes(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor]) -> int:
+        """The headline down traffic of one client-round (``cost.traffic_mb_per_client_round``):
+        what the papers count. Default: the payload tensors + ``extra_down_bytes``."""
+        return payload_bytes(payload) + self.extra_down_bytes(plan)
+
+    def down_bytes_variants(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor]) -> dict[str, int]:
+        """Other ways of counting the same client-round's down traffic, ``{label: bytes}``
+        (the label says what is counted), recorded beside the headline in
+        ``cost.traffic_alt_mb_per_client_round`` (up traffic unchanged). E.g. FLoRA: the
+        merged base weights it really broadcasts, where the papers count the stacked
+        adapter. Default: none."""
+        return {}
 
     # -- state -----------------------------------------------------------------------
     def base_weights_needed(self) -> list[str]:
@@ -307,8 +340,18 @@ class Method:
         """
         return {}
 
+    def layout(self) -> dict[str, Any]:
+        """Structural facts of this run's method worth recording (JSON-serialisable), written
+        to ``run.method_layout``, e.g. where DepthFL's classifiers sit. Default: none."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config)
+
+
+def payload_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    """numel x element size summed over ``tensors`` (what crossing the boundary costs)."""
+    return int(sum(t.numel() * t.element_size() for t in tensors.values()))
 
 
 def weighted_mean_by_key(

@@ -88,7 +88,11 @@ class Straggler(Method):
 
 @METHODS.register("exclusive", "Fed-HeLLo's Exclusive: only clients that can train every layer take part")
 class Exclusive(Method):
-    """Clients whose budget is below L sit out (they receive and send nothing)."""
+    """Clients whose budget is below L sit out (they receive and send nothing). A
+    federation with no full-capacity client is refused (``requires_full_tier``): it would
+    train nobody."""
+
+    requires_full_tier = True
 
     def plan(self, rnd, clients, state, rng):
         L = self.ctx.n_layers

@@ -22,6 +22,7 @@ from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, extra_module, weighted_mean_by_key
+from fedbench.tasks.base import init_like
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class InclusiveFLConfig(MethodConfig):
         check(self, "beta", self.beta >= 0, "must be a number >= 0 (0 = no momentum distillation)")
 
 
-@METHODS.register("inclusivefl", "InclusiveFL: prefix depth per tier, per-layer owner averaging, momentum distillation")
+@METHODS.register("inclusivefl", "InclusiveFL: prefix depth per tier, per-layer owner averaging, momentum distillation of this round's upper-block update")
 class InclusiveFL(Method):
     """InclusiveFL (Liu et al., "No One Left Behind: Inclusive Federated Learning over
     Heterogeneous Devices", KDD 2022), with LoRA as FedRA ran it.
@@ -58,9 +59,17 @@ class InclusiveFL(Method):
     level l (levels = the tiers' depths and L): the top block s-1 of the smaller model gets
     beta * m_s added to its aggregated update, where m_s is the mean over the upper blocks
     j in [s, l) (those the larger model has and the smaller lacks) of their aggregated
-    update of the previous round (a buffer in the state). So it acts in every round after
-    the first; the authors' code only used the buffer in round one (a type check on an
-    int 0), which we do not copy. Blocks are matched tensor by tensor (same structure).
+    update **of this round** (docs/methods.md: "the top block of each smaller model also
+    receives beta * (mean of the larger models' updates of their upper blocks) added to its
+    own update"; the paper's purpose: compensate the shallow models' top layer with the
+    knowledge the deeper layers gained). So it acts in every round, including the first.
+    Checked against the paper: its text is not in this repository and we could not consult
+    it; we follow methods.md's reading of it. The earlier implementation applied the
+    *previous* round's update (a one-round lag that neither methods.md nor the paper's
+    description calls for): fixed. The authors' code only used its buffer in round one (a
+    type check on an int 0), which we do not copy. The term applied this round is kept in
+    the state (``inclusivefl_momentum.<key>``, for inspection; never evaluated or sent).
+    Blocks are matched tensor by tensor (same structure).
     Deviation: one shared head, as in FedRA's runs (the paper's per-size models each have
     their own top; methods.md: "its own head" = the client trains the head too).
     """
@@ -88,13 +97,13 @@ class InclusiveFL(Method):
             top = self.ctx.layer_keys[s - 1]
             upper = [self.ctx.layer_keys[j] for j in range(s, l) if j in trained]
             for i, k in enumerate(top):
-                if MOMENTUM + k in state.tensors:  # last round's buffer: every round after the first
-                    out[k] = out[k] + self.config.beta * state.tensors[MOMENTUM + k]
                 deltas = [new[keys[i]].float() - state.tensors[keys[i]].float() for keys in upper]
                 for d in deltas:
                     if d.shape != new[k].shape:
                         raise ValueError(f"inclusivefl: block tensors differ in shape ({k})")
-                out[MOMENTUM + k] = torch.stack(deltas).mean(0) if deltas else torch.zeros_like(new[k], dtype=torch.float32)
+                m = torch.stack(deltas).mean(0) if deltas else torch.zeros_like(new[k], dtype=torch.float32)
+                out[k] = (new[k].float() + self.config.beta * m).to(new[k].dtype)  # this round's upper update
+                out[MOMENTUM + k] = m
         return MethodState(out, state.extra)
 
     def eval_tensors(self, state):
@@ -104,7 +113,10 @@ class InclusiveFL(Method):
 # ----------------------------------------------------------------------------- DepthFL
 @dataclass(frozen=True)
 class DepthFLConfig(MethodConfig):
-    group_size: int = cfg_field(3, "blocks per group; a classifier after each group (FedRA: every 3 ViT blocks)")
+    n_exits: int = cfg_field(4, "classifiers, spread over the depth: after blocks round(k L / n_exits), k = 1..n "
+                                "(DepthFL: 4; a 12-block ViT gets them after blocks 3, 6, 9, 12 as in FedRA)")
+    group_size: int | None = cfg_field(None, "instead of n_exits: a classifier after every this many blocks "
+                                             "(and after the last); None = use n_exits")
     kd: bool = cfg_field(True, "mutual self-distillation between a client's classifiers")
     kd_rampup_rounds: int | None = cfg_field(None, "T of w(t) = exp(-5 (1 - t/T)^2); None = the run's rounds")
     eval_head: Literal["ensemble", "last"] = cfg_field(
@@ -113,9 +125,25 @@ class DepthFLConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self, "group_size", self.group_size >= 1, "must be an integer >= 1")
+        check(self, "n_exits", self.n_exits >= 1, "must be an integer >= 1")
+        check(self, "group_size", self.group_size is None or self.group_size >= 1,
+              "must be an integer >= 1 (or none: n_exits spread over the depth)")
         check(self, "kd_rampup_rounds", self.kd_rampup_rounds is None or self.kd_rampup_rounds >= 1,
               "must be an integer >= 1 (or none: the run's rounds)")
+
+
+def exit_blocks(n_layers: int, n_exits: int = 4, group_size: int | None = None) -> list[int]:
+    """0-based blocks after which DepthFL's classifiers sit, ascending, the last = L - 1.
+
+    ``group_size`` g: after blocks g, 2g, ..., L (1-based). Else after blocks
+    round(k L / n) for k = 1..n (1-based, halves rounded up, exact integer arithmetic;
+    duplicates merged when n > L): L = 12, n = 4 -> 3, 6, 9, 12; L = 6 -> 2, 3, 5, 6.
+    """
+    L = n_layers
+    if group_size is not None:
+        return [min((k + 1) * group_size, L) - 1 for k in range(math.ceil(L / group_size))]
+    after = sorted({max(1, (2 * k * L + n_exits) // (2 * n_exits)) for k in range(1, n_exits + 1)})
+    return [a - 1 for a in after]
 
 
 def kd_weight(t: int, total: int) -> float:
@@ -139,27 +167,36 @@ def depthfl_loss(logits: Sequence[torch.Tensor], y: torch.Tensor, w: float) -> t
     return loss
 
 
-def fresh_copy(module: nn.Module) -> nn.Module:
-    """A re-initialised copy of ``module`` (same shapes, its layers' own default init)."""
+def fresh_copy(module: nn.Module, init_head=None) -> nn.Module:
+    """A re-initialised copy of ``module`` (the task's head), initialised as the task
+    initialises its head: ``init_head(copy, module)`` (``Task.init_head``, given to methods
+    as ``MethodContext.init_head``), or without one the task-agnostic default
+    :func:`~fedbench.tasks.base.init_like` (each parameter drawn with the head's initial
+    mean and std). Never PyTorch's layer defaults, which at small width are several times
+    larger than the heads' inits."""
     m = copy.deepcopy(module)
-    for sub in m.modules():
-        if hasattr(sub, "reset_parameters"):
-            sub.reset_parameters()
+    (init_head or init_like)(m, module)
     return m
 
 
-@METHODS.register("depthfl", "DepthFL: prefix depth with a classifier per block group, mutual self-distillation")
+@METHODS.register("depthfl", "DepthFL: prefix depth with n_exits=4 classifiers spread over the depth, mutual self-distillation")
 class DepthFL(Method):
     """DepthFL (Kim et al., "DepthFL: Depthwise Federated Learning for Heterogeneous
     Clients", ICLR 2023), with LoRA on a transformer as FedRA ran it.
 
-    Classifiers after blocks g, 2g, ..., L (1-based; ``group_size`` g = 3: after 3, 6, 9,
-    12). The last is the task's own head; the others are re-initialised copies of it
-    (``extra_modules``) fed with ``task.features`` of the group's output (for the tiny
-    ViT: the model's final norm + pooling, as FedRA did). A client of budget d holds the
-    classifiers after blocks <= d and runs the blocks up to its last one (a budget below g
-    holds none: it sits out). Local loss: ``depthfl_loss`` over its classifiers with
-    w(t) = exp(-5 (1 - t/T)^2). Aggregation: every tensor averaged over its owners.
+    Classifiers after blocks round(k L / n_exits), k = 1..n_exits (1-based; DepthFL has 4,
+    so a 12-block ViT gets them after 3, 6, 9, 12 as in FedRA, a 6-block model after 2, 3,
+    5, 6; ``group_size`` g instead puts one every g blocks); the run records them in
+    ``run.method_layout``. The last is the task's own head; the others
+    (``extra_modules``) are copies of it initialised exactly as the task initialises its
+    head (``Task.init_head``) and fed with ``task.features`` of the block's output (for
+    the tiny ViT: the model's final norm + pooling, as FedRA did). A client of budget d
+    holds the classifiers after blocks <= d and runs the blocks up to its last one (a
+    budget below the first exit holds none: it sits out). It is sent, uses and uploads
+    only the classifiers it holds: the task's final head only if its depth reaches L
+    (the prefix model's forward still computes the final head's logits, which nothing
+    uses, so its values are irrelevant). Local loss: ``depthfl_loss`` over its classifiers
+    with w(t) = exp(-5 (1 - t/T)^2). Aggregation: every tensor averaged over its owners.
     Evaluation: the mean of all classifiers' logits (ensemble, DepthFL) and the last
     classifier alone (FedRA's runs): both in ``results.extra`` (top1_ensemble, top1_last);
     ``eval_head`` picks the headline.
@@ -170,14 +207,21 @@ class DepthFL(Method):
 
     def __init__(self, config, ctx):
         super().__init__(config, ctx)
-        L, g = ctx.n_layers, config.group_size
-        self.exits = [min((k + 1) * g, L) - 1 for k in range(math.ceil(L / g))]  # block after which classifier k sits
+        self.exits = exit_blocks(ctx.n_layers, config.n_exits, config.group_size)  # block after which classifier k sits
+
+    def layout(self):
+        return {"exits_after_blocks": [e + 1 for e in self.exits], "n_layers": self.ctx.n_layers}
+
+    def check_tiers(self, profiles):
+        if not any(p.layers > self.exits[0] for p in profiles):
+            raise UserError(f"depthfl: no client reaches the first classifier (after block {self.exits[0] + 1}); "
+                            f"budgets {sorted({p.layers for p in profiles})}: nobody would train")
 
     # -- model ---------------------------------------------------------------------
     def extra_modules(self, head):
         if head is None:
             raise UserError("depthfl needs a task with a classifier head")
-        return {f"exit{k}": fresh_copy(head) for k in range(len(self.exits) - 1)}
+        return {f"exit{k}": fresh_copy(head, self.ctx.init_head) for k in range(len(self.exits) - 1)}
 
     def exit_keys(self, k: int) -> list[str]:
         return [key for key in self.ctx.extra_keys if key.split(".")[1] == f"exit{k}"]
@@ -205,9 +249,12 @@ class DepthFL(Method):
     def _exit_tensor_keys(self, plan) -> list[str]:
         return [key for k in plan.extra["exits"] if k < len(self.exits) - 1 for key in self.exit_keys(k)]
 
+    def model_keys(self, plan):
+        """The LoRA of its blocks + the classifiers it holds (the task's head only at full depth)."""
+        return self.ctx.keys_for_layers(plan.blocks, head=plan.train_head) + self._exit_tensor_keys(plan)
+
     def client_payload(self, state, plan):
-        keys = self.ctx.keys_for_layers(plan.blocks, head=True) + self._exit_tensor_keys(plan)
-        return {k: state.tensors[k] for k in keys}  # the head too: the prefix model's forward uses it
+        return {k: state.tensors[k] for k in self.model_keys(plan)}
 
     def upload_keys(self, plan):
         return self.ctx.keys_for_layers(plan.train_layers, head=plan.train_head) + self._exit_tensor_keys(plan)

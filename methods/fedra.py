@@ -14,9 +14,11 @@ Eq. 3 in the issue's numbering) or the allocation is redrawn until every layer i
 Deviations from the authors' code (see docs/methods.md): we weight by example count (the
 code averages uniformly; ``weighting='uniform'`` reproduces it) and LoRA never touches the
 patch embedding (the task's LoRA target list only names block modules).
-Traffic: the frozen block weights never change, so by default a client is assumed to have
-them; ``count_frozen_blocks=True`` also counts shipping the chosen frozen blocks each
-round (the paper's literal sub-model download).
+Traffic, two counts (``down_bytes_variants``): the frozen block weights never change, so
+by default a client is assumed to have them and the headline counts LoRA + head;
+``count_frozen_blocks=True`` makes the headline also count shipping the chosen frozen
+blocks each round (the paper's literal sub-model download). Whichever is the headline,
+``cost.traffic_alt_mb_per_client_round`` records the other, labelled.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, Method, MethodConfig, weighted_mean_by_key, MethodState
+from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, payload_bytes, weighted_mean_by_key
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +59,18 @@ def allocation_matrix(budgets: list[int], n_layers: int, rng: np.random.Generato
     return m
 
 
-@METHODS.register("fedra", "FedRA: each client trains a random subset of blocks, stacked in ascending order")
+@METHODS.register("fedra", "FedRA (sub-model, as the FedRA paper ran it): each client runs and trains only c_i "
+                           "random blocks, stacked in ascending order")
 class FedRA(Method):
+    """FedRA as its paper ran it: client i's model is physically the c_i allocated blocks
+    (embedding, those blocks in ascending order, final norm, head), so its forward,
+    backward and activation memory all shrink with c_i. See ``fedra_fulldepth`` for the
+    protocol Fed-HeLLo's tables fit."""
+
     config_cls = FedRAConfig
 
-    def plan(self, rnd, clients, state, rng):
+    def allocation(self, clients, rng) -> np.ndarray:
+        """The allocation matrix M (clients x L) of this round, redrawn for coverage='redraw'."""
         L = self.ctx.n_layers
         budgets = [p.layers for p in clients]
         m = allocation_matrix(budgets, L, rng)
@@ -75,6 +84,10 @@ class FedRA(Method):
                     tries += 1
                 if (m.sum(axis=0) == 0).any():
                     log.warning("fedra: no covering allocation in %d redraws", self.config.max_redraws)
+        return m
+
+    def plan(self, rnd, clients, state, rng):
+        m = self.allocation(clients, rng)
         plans = {}
         for i, p in enumerate(clients):
             layers = tuple(int(j) for j in np.flatnonzero(m[i]))
@@ -88,7 +101,53 @@ class FedRA(Method):
             weights = {u.client: float(u.n_examples) for u in updates}
         return MethodState(weighted_mean_by_key(state.tensors, updates, weights), state.extra)
 
+    WITH_BLOCKS = "frozen base weights of the received blocks + LoRA + head (sub-model download)"
+    WITHOUT_BLOCKS = "LoRA + head only (frozen blocks assumed on the client)"
+
+    def frozen_bytes(self, plan: ClientPlan) -> int:
+        blocks = range(self.ctx.n_layers) if plan.blocks is None else plan.blocks
+        return sum(self.ctx.block_bytes.get(j, 0) for j in blocks)
+
     def extra_down_bytes(self, plan: ClientPlan) -> int:
-        if not self.config.count_frozen_blocks or plan.blocks is None:
-            return 0
-        return sum(self.ctx.block_bytes[j] for j in plan.blocks)
+        return self.frozen_bytes(plan) if self.config.count_frozen_blocks else 0
+
+    def down_bytes_variants(self, plan, payload):
+        base = payload_bytes(payload)
+        if self.config.count_frozen_blocks:
+            return {self.WITHOUT_BLOCKS: base}
+        return {self.WITH_BLOCKS: base + self.frozen_bytes(plan)}
+
+
+@METHODS.register("fedra_fulldepth",
+                  "FedRA full-depth (as Fed-HeLLo's tables fit): full-depth forward, LoRA of c_i random layers "
+                  "trained, the rest frozen")
+class FedRAFullDepth(FedRA):
+    """FedRA's random allocation run the way Fed-HeLLo's Tables II/III account for it.
+
+    Same allocation matrix M (c_i layers uniformly at random per client and round, the
+    same ``coverage`` / ``weighting`` options) and the same per-layer owner aggregation as
+    ``fedra``, but every client runs the **full-depth** model: the LoRA of its c_i layers
+    is trained, all other LoRA layers are frozen and still in the forward (this is
+    Fed-HeLLo's GD-HLA "Uniform" pattern with FedRA's example-weighted aggregation).
+
+    Which paper used which: the FedRA paper (Su et al.) builds a physically smaller model
+    from the allocated blocks (``fedra``: forward, backward and activation memory shrink
+    with c_i, and the frozen weights of those blocks could be shipped). Fed-HeLLo
+    (Zhang et al., Tables II/III) reports FedRA with the same backward TFLOPs as Fed-HeLLo
+    and nearly the same memory, which fits this full-depth protocol: it saves only the
+    weight gradients and optimizer state of the frozen LoRA layers and the backward below
+    the lowest trained layer; the forward is always full depth. No frozen blocks travel
+    (the client holds the whole backbone), so down traffic is LoRA + head. To match
+    Fed-HeLLo's setup also set ``lora_targets=qv lora_r=16 lora_dropout=0.1``.
+    """
+
+    def plan(self, rnd, clients, state, rng):
+        m = self.allocation(clients, rng)
+        return {p.client: ClientPlan(p.client, p.tier, tuple(int(j) for j in np.flatnonzero(m[i])))
+                for i, p in enumerate(clients)}
+
+    def extra_down_bytes(self, plan: ClientPlan) -> int:
+        return 0  # the full backbone is on the client
+
+    def down_bytes_variants(self, plan, payload):
+        return {}

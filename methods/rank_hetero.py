@@ -1,8 +1,9 @@
 """Rank-heterogeneous federated LoRA: HETLoRA, FlexLoRA, FLoRA.
 
-Every client trains LoRA on all layers at its tier's rank r_i (``ClientProfile.rank``,
-``--roc`` tiers default to r = 1/4/16); the global LoRA has rank r_max = ``lora_r``
-(default 16, so the default tiers fit). A client of rank r_i != r_max trains a peft
+Every client trains LoRA on all layers at its tier's rank r_i (``ClientProfile.rank``;
+``--roc`` tiers default by task kind to Fed-HeLLo Sec. IV-A's r = 1/4/16 for
+classification and 1/1/8 for instruction tuning); the global LoRA has rank r_max =
+``lora_r`` (default by task kind: 16 / 8, so the default tiers fit). A client of rank r_i != r_max trains a peft
 adapter of its own (``ClientPlan.rank``); its tensors keep their canonical names with
 rank-r_i shapes: A (r_i, d_in), B (d_out, r_i).
 
@@ -26,6 +27,7 @@ that evaluation only (``AdapterModel.base_overlay``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence
@@ -36,7 +38,8 @@ from peft.tuners.lora import LoraLayer
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, ClientUpdate, Method, MethodConfig, MethodState, weighted_mean_by_key
+from fedbench.methods.base import (ClientPlan, ClientUpdate, Method, MethodConfig, MethodState, payload_bytes,
+                                   weighted_mean_by_key)
 
 A_SFX, B_SFX = ".lora_A.weight", ".lora_B.weight"
 
@@ -119,9 +122,20 @@ def active_lora_pairs(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, 
 
 
 # ----------------------------------------------------------------------------- base class
+#: r_max by task kind (Fed-HeLLo Sec. IV-A: LoRA rank 16 for classification, 8 for
+#: instruction tuning; the rank baselines' tiers 1/4/16 and 1/1/8 fit under it)
+PAPER_R_MAX = {"classification": 16, "generation": 8}
+
+
 @dataclass(frozen=True)
 class RankConfig(MethodConfig):
-    lora_r: int = cfg_field(16, "global LoRA rank r_max; every tier's rank must be <= it (tiers default to 1/4/16)")
+    lora_r: int | None = cfg_field(
+        None, "global LoRA rank r_max; every tier's rank must be <= it; None = by task kind (Fed-HeLLo Sec. IV-A): "
+              "16 for classification, 8 for instruction tuning (the default tier ranks 1/4/16 and 1/1/8 fit)")
+
+    def __post_init__(self) -> None:
+        check(self, "lora_r", self.lora_r is None or self.lora_r >= 1, "must be an integer >= 1 (or none: by task kind)")
+        check(self, "lora_dropout", 0.0 <= self.lora_dropout < 1.0, "must be in [0, 1)")
 
 
 class RankMethod(Method):
@@ -130,10 +144,18 @@ class RankMethod(Method):
     config_cls = RankConfig
 
     def __init__(self, config, ctx):
-        super().__init__(config, ctx)
+        super().__init__(type(self).resolve_config(config, ctx.task_kind), ctx)
+        config = self.config
         self.r_max = config.lora_r
         self.modules = lora_modules(ctx.all_keys)
         self._check_ranks(ctx.profiles.values())
+
+    @classmethod
+    def resolve_config(cls, config, task_kind):
+        """r_max = ``lora_r``, or None -> the paper's for the task kind (``PAPER_R_MAX``)."""
+        if config.lora_r is None:
+            config = dataclasses.replace(config, lora_r=PAPER_R_MAX.get(task_kind, PAPER_R_MAX["classification"]))
+        return config
 
     def _check_ranks(self, profiles) -> None:
         too_big = sorted({p.rank for p in profiles if p.rank > self.r_max})
@@ -206,10 +228,11 @@ class RankMethod(Method):
 class HetLoRAConfig(RankConfig):
     reg_lambda: float = cfg_field(0.01, "lambda of the rank self-pruning regulariser (0 = off)")
     reg_gamma: float = cfg_field(0.9, "gamma: the regulariser acts on components floor(gamma r_i)..r_i-1")
-    aggregation: Literal["examples", "sparsity"] = cfg_field(
-        "examples", "client weights per component: example counts, or ||B_i A_i||_F per module (sparsity-weighted)"
-    )
-    prune: bool = cfg_field(False, "self-pruning: a client whose regularised tail shrank trains floor(gamma r_i) next time")
+    aggregation: Literal["sparsity", "examples"] = cfg_field(
+        "sparsity", "client weights per component: ||B_i A_i||_F per module (the paper's sparsity-weighted "
+                    "aggregation, default), or example counts")
+    prune: bool = cfg_field(True, "rank self-pruning (the paper's): a client whose regularised tail shrank "
+                                  "trains floor(gamma r_i) next time (false = fixed ranks)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -217,21 +240,28 @@ class HetLoRAConfig(RankConfig):
         check(self, "reg_gamma", 0 < self.reg_gamma <= 1, "must be in (0, 1]")
 
 
-@METHODS.register("hetlora", "HETLoRA: clients train the leading r_i rank components; zero-padded per-component averaging")
+@METHODS.register("hetlora", "HETLoRA: leading r_i rank components per client, rank self-pruning, "
+                             "sparsity-weighted zero-padded aggregation")
 class HetLoRA(RankMethod):
     """HETLoRA (Cho et al., "Heterogeneous LoRA for Federated Fine-tuning of On-Device
-    Foundation Models", EMNLP 2024).
+    Foundation Models", EMNLP 2024). Defaults are the published method (sparsity-weighted
+    aggregation and rank self-pruning); example weighting and fixed ranks are options.
 
     - Distribution by truncation: client i gets A[:r_i, :] and B[:, :r_i] of the global
       rank-r_max LoRA of every layer (+ the head).
-    - Local loss + lambda sum_modules ||A[t_i:, :]||_F ||B[:, t_i:]||_F with
+    - Local objective (the paper's rank self-pruning regulariser):
+      min F_i(W) + lambda sum_modules ||A[t_i:r_i, :]||_F ||B[:, t_i:r_i]||_F with
       t_i = max(1, floor(gamma r_i)), on the live peft parameters (so it has a gradient; the
       FlexLoRA authors' re-implementation used ``.data``, which has none).
-    - Aggregation: zero-pad to r_max, average each component over the clients that had it
-      (example weights, or ``aggregation='sparsity'``: w_i = ||B_i A_i||_F per module).
-    - Optional self-pruning (``prune``): if the regularised tail norm at upload is below
-      the one the client received, its rank becomes t_i for later rounds (kept in
-      ``state.extra['ranks']``).
+    - Self-pruning (``prune``, default on): if the regularised tail norm of the client's
+      upload is below the one it received (the regulariser is winning), its rank becomes
+      r_i <- t_i = floor(gamma r_i) for later rounds (``state.extra['ranks']``).
+    - Aggregation: zero-pad every client's factors to r_max and average each rank
+      component k over the clients that had it (r_i > k). Weights (``aggregation``):
+      'sparsity' (default, the paper's sparsity-weighted aggregation)
+      p_i = ||S_i||_F / sum_{j: r_j > k} ||S_j||_F with S_i = B_i A_i of that module, so
+      clients whose update is larger count more; 'examples' = n_i / sum n_j (FedAvg's).
+      The head is averaged with example weights (every client trains it).
     Scaling: alpha_i = alpha r_i / r_max, so every client's components act with the global
     model's alpha / r_max (see the module docstring).
     """
@@ -350,7 +380,7 @@ class FlexLoRA(RankMethod):
 
 
 # ----------------------------------------------------------------------------- FLoRA
-@METHODS.register("flora", "FLoRA: stack the clients' LoRA along the rank axis, merge into the base, fresh LoRA each round")
+@METHODS.register("flora", "FLoRA: stack the clients' LoRA along the rank axis, merge into the base, fresh LoRA each round (traffic: the stack; merged weights as alt)")
 class FLoRA(RankMethod):
     """FLoRA (Wang et al., "FLoRA: Federated Fine-Tuning Large Language Models with
     Heterogeneous Low-Rank Adaptations", NeurIPS 2024).
@@ -361,10 +391,17 @@ class FLoRA(RankMethod):
     only right when all ranks are equal). The merged weights W_{t+1} = W_t + B_s A_s are
     the new base every client starts from with a fresh LoRA.
 
-    Payload: W_t of every LoRA module (the merged weights broadcast to every client,
-    counted as down traffic), a fresh A (peft's init, uniform(+-1/sqrt(d_in)), seeded per
-    client and round) with B = 0 (clients could draw A locally; we send it so that the
-    simulated client has no other source: it is small next to W_t), and the head.
+    Payload: W_t of every LoRA module (the merged weights), a fresh A (peft's init,
+    uniform(+-1/sqrt(d_in)), seeded per client and round) with B = 0, and the head.
+
+    Traffic, two counts (``down_bytes`` / ``down_bytes_variants``): the headline
+    ``cost.traffic_mb_per_client_round`` counts what the FLoRA and Fed-HeLLo papers count,
+    the stacked adapter of the last aggregation, sum_i r_i (d_in + d_out) numbers per
+    module (from which a client rebuilds W_t = W_{t-1} + B_s A_s itself; nothing in round
+    1), + the head; the fresh A is not counted (a client draws it locally; we ship it only
+    so the simulated client has no other source). ``cost.traffic_alt_mb_per_client_round``
+    ["merged weights ..."] counts the literal payload: the dense W_t of every LoRA module
+    + the fresh LoRA + the head.
     Known issue (methods.md): the authors' runs diverge over many rounds; nothing here
     corrects that.
     """
@@ -372,11 +409,26 @@ class FLoRA(RankMethod):
     def init_state(self, tensors):
         return MethodState(dict(tensors) | self.read_base(tensors), {})
 
+    MERGED_LABEL = "merged weights (dense W_t of every LoRA module + fresh LoRA + head, as sent)"
+
     def plan(self, rnd, clients, state, rng):
         plans = super().plan(rnd, clients, state, rng)
         for p in plans.values():
             p.extra["init_seed"] = int(rng.integers(2**31 - 1))
+            p.extra["stack_rank"] = int(state.extra.get("stack_rank", 0))  # sum_i r_i of the last merge
         return plans
+
+    def down_bytes(self, plan, payload):
+        """The stacked adapter (sum_i r_i (d_in + d_out) per module, the papers' count) + the head."""
+        r_stack = int(plan.extra.get("stack_rank", 0))
+        stack = 0
+        for m in self.modules:
+            w = payload[base_key(m)]  # (d_out, d_in)
+            stack += r_stack * (w.shape[0] + w.shape[1]) * w.element_size()
+        return stack + payload_bytes({k: payload[k] for k in self.ctx.head_keys if k in payload})
+
+    def down_bytes_variants(self, plan, payload):
+        return {self.MERGED_LABEL: payload_bytes(payload)}
 
     def client_payload(self, state, plan):
         gen = torch.Generator().manual_seed(plan.extra["init_seed"])
@@ -399,4 +451,4 @@ class FLoRA(RankMethod):
                 a, b = stack_lora([(u.tensors[m + A_SFX], u.tensors[m + B_SFX]) for u in updates], coefs)
                 w = state.tensors[base_key(m)]
                 out[base_key(m)] = (w.float() + b @ a).to(w.dtype)  # (d_out, d_in)
-        return MethodState(out, state.extra)
+        return MethodState(out, {**state.extra, "stack_rank": int(sum(u.plan.rank for u in updates))})

@@ -30,7 +30,9 @@ class RunConfig:
     capacities: list[int] | None = cfg_field(None, "per-client layer budgets, e.g. 12,10,8,6,4,3 (FedRA)")
     dynamic: bool = cfg_field(False, "redraw each client's budget every round (FedRA Table 4)")
     tier_fractions: list[float] = cfg_field([0.5, 0.75, 1.0], "layer budget of each --roc tier, as a fraction of L")
-    tier_ranks: list[int] = cfg_field([1, 4, 16], "LoRA rank of each tier (rank methods)")
+    tier_ranks: list[int] | None = cfg_field(
+        None, "LoRA rank of each tier (rank methods); None = by task kind (Fed-HeLLo Sec. IV-A): 1,4,16 for "
+              "classification, 1,1,8 for instruction tuning")
     seed: int = cfg_field(0, "seed of the partition, sampling, allocation and initialisation")
     device: str = cfg_field("auto", "auto (CUDA if present), cpu, cuda, cuda:1, ...")
     server_holdout: int | None = cfg_field(
@@ -76,7 +78,8 @@ class RunConfig:
               "every layer budget must be >= 1")
         check(self, "tier_fractions", len(self.tier_fractions) > 0 and all(0 < f <= 1 for f in self.tier_fractions),
               "must be one or more fractions in (0, 1], e.g. 0.5,0.75,1")
-        check(self, "tier_ranks", len(self.tier_ranks) > 0 and all(r >= 1 for r in self.tier_ranks),
+        check(self, "tier_ranks", self.tier_ranks is None or (len(self.tier_ranks) > 0
+                                                              and all(r >= 1 for r in self.tier_ranks)),
               "must be one or more LoRA ranks >= 1, e.g. 1,4,16")
         check(self, "device", bool(self.device.strip()), "must be auto, cpu, cuda or cuda:N")
         check(self, "out", bool(self.out.strip()), "must be a directory path")

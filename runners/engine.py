@@ -70,8 +70,9 @@ class Engine:
             results = self.execute(jobs)
             updates = []
             for job, res in zip(jobs, results):
-                res.cost.down_bytes = tensor_bytes(job.payload) + exp.method.extra_down_bytes(job.plan)
+                res.cost.down_bytes = exp.method.down_bytes(job.plan, job.payload)
                 res.cost.up_bytes = tensor_bytes(res.upload)
+                res.cost.down_variants = dict(exp.method.down_bytes_variants(job.plan, job.payload))
                 exp.store.put(job.plan.client, res.private)
                 updates.append(ClientUpdate(job.plan.client, res.upload, exp.sizes[job.plan.client], job.plan,
                                             res.cost.train_loss))

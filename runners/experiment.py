@@ -37,7 +37,7 @@ from fedbench.runners.seeds import rng_for
 from fedbench.runners.server import ServerTools
 from fedbench.runners.store import ClientStore
 from fedbench.runners.summary import cost_section, results_section
-from fedbench.runners.tiers import TierAssigner
+from fedbench.runners.tiers import TierAssigner, tier_ranks_for
 from fedbench.runners.train import NonFiniteLoss, TrainSettings
 from fedbench.runners.worker import ClientWorker, EvalJob, ModelPool, WorkerSpec, evaluate_model
 from fedbench.tasks import TASKS
@@ -82,6 +82,7 @@ class Experiment:
             optimizer=r.optimizer or d.get("optimizer", "adamw"), lr=r.lr or d.get("lr", 1e-3),
             momentum=r.momentum, weight_decay=r.weight_decay, grad_clip=r.grad_clip, max_steps=r.max_steps,
         )
+        self.tier_ranks = tier_ranks_for(r.tier_ranks, self.task.kind)  # None = the paper's, by task kind
         self.last_eval: EvalResult | None = None
         self.initial_eval: EvalResult | None = None
         self.state: MethodState | None = None  # the global state after the last finished round
@@ -93,7 +94,7 @@ class Experiment:
         """Every RunConfig field, defaults resolved (what the record and the run id hold)."""
         d = config_to_dict(self.run_cfg)
         d.update(clients=self.clients, batch_size=self.train.batch_size, optimizer=self.train.optimizer,
-                 lr=self.train.lr, local_split=self.local_split)
+                 lr=self.train.lr, local_split=self.local_split, tier_ranks=self.tier_ranks)
         return d
 
     def run_id(self) -> str:
@@ -130,7 +131,7 @@ class Experiment:
         self.am = self.pool.get()  # the default architecture: global model, server tools, evaluation
         self.tiers = TierAssigner(
             self.n_clients, self.am.bundle.n_layers, roc=r.roc, capacities=r.capacities, dynamic=r.dynamic,
-            tier_fractions=list(r.tier_fractions), tier_ranks=list(r.tier_ranks), max_rank=mc.lora_r, seed=r.seed,
+            tier_fractions=list(r.tier_fractions), tier_ranks=self.tier_ranks, max_rank=mc.lora_r, seed=r.seed,
         )
         proxy = self._hold_out()
         self.server = ServerTools(self.am, self.task, proxy, self.device)
@@ -138,8 +139,10 @@ class Experiment:
             n_layers=self.am.bundle.n_layers, layer_keys=self.am.layer_keys, head_keys=self.am.head_keys,
             profiles=self.tiers.static_profiles(self.sizes), lora_r=mc.lora_r, lora_alpha=mc.lora_alpha,
             task_kind=self.task.kind, server=self.server, block_bytes=self.am.block_bytes, rounds=r.rounds,
+            init_head=self.task.init_head,
         )
         self.method = self.method_cls(self.method_cfg, self.ctx)
+        self.method.check_tiers(self.tiers.reachable_profiles(self.sizes))
         self.pool.set_method(self.method)
         self.ctx.extra_keys = list(self.am.extra_keys)
         self.worker = ClientWorker(self.pool, self.method, WorkerSpec(self.train, r.measure_flops))
@@ -276,6 +279,7 @@ class Experiment:
             holdout_indices=getattr(self, "holdout_indices", []), proxy_indices=getattr(self, "proxy_indices", []),
             client_sizes=getattr(self, "sizes", []), client_archs={str(c): a for c, a in archs.items()},
             sampled_clients=[l.sampled for l in logs],
+            method_layout=self.method.layout() if hasattr(self, "method") else {},
         )
         rec["results"].update(results_section(
             logs, self.last_eval, self.initial_eval, self.task.metric_name if hasattr(self.task, "metric_name")

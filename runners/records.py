@@ -157,6 +157,7 @@ _SCHEMA = _Obj({
         "client_sizes": _Opt(_ListOf(INT)),
         "client_archs": _Opt(_MapOf(STR)),  # client -> architecture of its model (per-client models)
         "sampled_clients": _Opt(_ListOf(_ListOf(INT))),  # per round, the clients sampled
+        "method_layout": _Opt(DICT),  # Method.layout(): e.g. DepthFL's exits_after_blocks (1-based)
     }),
     "results": _Obj({
         "metric_name": STR,
@@ -192,6 +193,12 @@ _SCHEMA = _Obj({
             "by_tier": _MapOf(_Obj({"down": NUM, "up": NUM, "total": NUM})),
         }),
         "traffic_mb_total": NUM_N,
+        # label -> the same traffic with the down part counted another way (Method.down_bytes_variants:
+        # e.g. FLoRA's merged weights, FedRA's frozen blocks); the label says what is counted
+        "traffic_alt_mb_per_client_round": _Opt(_MapOf(_Obj({
+            "down": NUM_N, "up": NUM_N, "total": NUM_N,
+            "by_tier": _MapOf(_Obj({"down": NUM, "up": NUM, "total": NUM})),
+        }))),
         "seconds_per_round": NUM_N,
         "seconds_total": NUM_N,
         "seconds_per_client_step": NUM_N,

@@ -49,6 +49,24 @@ def local_summary(per_client: dict[int, float], archs: dict[int, str]) -> dict:
             "median": float(np.median(vals)), "by_arch": {a: float(np.mean(v)) for a, v in sorted(by_arch.items())}}
 
 
+def traffic_variants(costs: Sequence[ClientCost]) -> dict:
+    """Per label of ``Method.down_bytes_variants``: the per-client-round traffic (MB) with
+    the down traffic counted that way (up unchanged), over the client-rounds that report it
+    (every trained client of such a method), by tier too."""
+    labels = sorted({k for c in costs for k in c.down_variants})
+    out = {}
+    for label in labels:
+        cs = [c for c in costs if label in c.down_variants]
+
+        def tr(items):
+            return {"down": _mean(c.down_variants[label] / MB for c in items), "up": _mean(c.up_bytes / MB for c in items),
+                    "total": _mean((c.down_variants[label] + c.up_bytes) / MB for c in items)}
+
+        out[label] = {**tr(cs), "by_tier": {str(t): tr([c for c in cs if c.tier == t])
+                                            for t in sorted({c.tier for c in cs})}}
+    return out
+
+
 def cost_section(costs: Sequence[ClientCost], logs: Sequence[RoundLog], device_type: str, server_flops: float,
                  server_seconds: float, seconds_total: float, measured: int, reused: int) -> dict:
     trained = [c for c in costs if c.steps > 0]
@@ -90,6 +108,7 @@ def cost_section(costs: Sequence[ClientCost], logs: Sequence[RoundLog], device_t
                              "by_tier": by_tier(measured_costs, lambda cs: mem(cs, lambda c: c.accounted_bytes))},
         "traffic_mb_per_client_round": {**traffic(costs), "by_tier": by_tier(costs, traffic)},
         "traffic_mb_total": sum(c.down_bytes + c.up_bytes for c in costs) / MB,
+        "traffic_alt_mb_per_client_round": traffic_variants(costs),
         "seconds_per_round": _mean(l.seconds for l in logs),
         "seconds_total": seconds_total,
         "seconds_per_client_step": client_seconds / steps if steps else None,

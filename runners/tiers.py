@@ -5,7 +5,9 @@ same count as a prefix depth (depth methods), and a LoRA rank (rank methods).
 
 - ``--roc a:b:c``: fractions a/(a+b+c), ... of the clients fall into tiers 0, 1, 2 whose
   layer budgets are ``tier_fractions`` of L (Fed-HeLLo: 1/2, 3/4, all) and whose ranks are
-  ``tier_ranks`` (1/4/16, Fed-HeLLo's HETLoRA setting). Tier 0 is the weakest.
+  ``tier_ranks`` (None = by task kind, Fed-HeLLo Sec. IV-A's rank baselines: 1/4/16 for
+  classification, 1/1/8 for instruction tuning; :data:`PAPER_TIER_RANKS`). Tier 0 is the
+  weakest. Counts are exact (``largest_remainder`` on :class:`fractions.Fraction`).
 - ``--capacities``: per-client layer counts (FedRA), cycled when there are more clients;
   tiers are the distinct counts in ascending order.
 - neither: every client can train everything (tier 0).
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Sequence
 
 import numpy as np
 
@@ -24,20 +28,51 @@ from fedbench.errors import UserError
 from fedbench.methods.base import ClientProfile
 
 
-def parse_roc(roc: str) -> list[float]:
+#: tier ranks when ``run.tier_ranks`` is None, by task kind (Fed-HeLLo Sec. IV-A: the rank
+#: baselines get ranks 1, 4, 16 for classification and 1, 1, 8 for instruction tuning)
+PAPER_TIER_RANKS = {"classification": [1, 4, 16], "generation": [1, 1, 8]}
+
+
+def tier_ranks_for(tier_ranks: Sequence[int] | None, task_kind: str) -> list[int]:
+    """``run.tier_ranks`` resolved: the given list, or the paper's for ``task_kind``."""
+    if tier_ranks is not None:
+        return [int(r) for r in tier_ranks]
+    return list(PAPER_TIER_RANKS.get(task_kind, PAPER_TIER_RANKS["classification"]))
+
+
+def parse_roc_exact(roc: str) -> list[Fraction]:
+    """The tier shares of ``--roc a:b:c`` as exact fractions a/(a+b+c), ... (decimal ratios
+    such as 0.6:0.4 are read exactly as written, not as binary floats)."""
     try:
-        parts = [float(p) for p in roc.split(":")]
-    except ValueError:
+        parts = [Fraction(p.strip()) for p in roc.split(":")]
+    except (ValueError, ZeroDivisionError):
         raise UserError(f"malformed --roc {roc!r}: expected ratios like 6:3:1") from None
-    if len(parts) < 1 or any(p < 0 or not math.isfinite(p) for p in parts) or sum(parts) <= 0:
+    if len(parts) < 1 or any(p < 0 for p in parts) or sum(parts) <= 0:
         raise UserError(f"malformed --roc {roc!r}: expected non-negative ratios like 6:3:1")
-    return [p / sum(parts) for p in parts]
+    total = sum(parts)
+    return [p / total for p in parts]
 
 
-def largest_remainder(n: int, fractions: list[float]) -> list[int]:
-    """Integer counts summing to n, as close as possible to n * fractions."""
-    raw = [n * f for f in fractions]
-    counts = [int(math.floor(r)) for r in raw]
+def parse_roc(roc: str) -> list[float]:
+    return [float(f) for f in parse_roc_exact(roc)]
+
+
+def largest_remainder(n: int, fractions: Sequence[Fraction | float | int]) -> list[int]:
+    """Integer counts summing to n, as close as possible to n * fractions (Hamilton's
+    largest-remainder method, in exact rational arithmetic).
+
+    Each tier gets floor(n f_t); the clients left over go one each to the tiers with the
+    largest remainders n f_t - floor(n f_t). Tie rule: equal remainders go to the lower
+    tier index first (the weaker tier). Floats are converted exactly, so pass
+    :class:`~fractions.Fraction` shares (``parse_roc_exact``) for decimal-exact counts:
+    ``largest_remainder(6, [6/10, 3/10, 1/10])`` = [4, 2, 0].
+    """
+    fr = [Fraction(f) for f in fractions]
+    total = sum(fr)
+    if total <= 0 or any(f < 0 for f in fr):
+        raise ValueError(f"fractions must be >= 0 with a positive sum, got {fractions}")
+    raw = [n * f / total for f in fr]
+    counts = [math.floor(r) for r in raw]
     order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - counts[i]), i))
     for i in order[: n - sum(counts)]:
         counts[i] += 1
@@ -62,18 +97,19 @@ class TierAssigner:
         self.n_clients, self.n_layers, self.dynamic = n_clients, n_layers, dynamic
         rng = np.random.default_rng([seed, 7])
         if roc:
-            fr = parse_roc(roc)
+            exact = parse_roc_exact(roc)
+            fr = [float(f) for f in exact]
             if len(fr) != len(tier_fractions):
                 raise UserError(
                     f"--roc {roc!r} has {len(fr)} tiers but tier_fractions has {len(tier_fractions)} "
                     f"({tier_fractions}); set run.tier_fractions to match"
                 )
             self.tiers = [
-                Tier(t, max(1, min(n_layers, math.ceil(f * n_layers - 1e-9))), self._rank(t, len(fr), tier_ranks, f, max_rank), p)
+                Tier(t, self._layers(f, n_layers), self._rank(t, len(fr), tier_ranks, f, max_rank), p)
                 for t, (f, p) in enumerate(zip(tier_fractions, fr))
             ]
             self.probs = np.array(fr)
-            counts = largest_remainder(n_clients, fr)
+            counts = largest_remainder(n_clients, exact)
             assignment = np.repeat(np.arange(len(fr)), counts)
             self.assignment = rng.permutation(assignment)
         elif capacities:
@@ -97,10 +133,20 @@ class TierAssigner:
                 raise UserError(f"tier_fractions must be in (0, 1], got {tier_fractions}")
 
     @staticmethod
+    def _layers(frac: float, n_layers: int) -> int:
+        """ceil(frac * L) in exact arithmetic (frac read as its shortest decimal: 0.75 of
+        12 is 9, 1/3 written 0.333... of 12 is 4), clipped to 1..L."""
+        f = Fraction(repr(float(frac))).limit_denominator(10**6)
+        return max(1, min(n_layers, math.ceil(f * n_layers)))
+
+    @staticmethod
     def _rank(t: int, n_tiers: int, tier_ranks: list[int], frac: float, max_rank: int) -> int:
+        """The tier's rank: ``tier_ranks[t]`` when there is one per tier, else
+        round-half-up(max_rank * frac) in exact arithmetic, at least 1."""
         if n_tiers == len(tier_ranks):
             return int(tier_ranks[t])
-        return max(1, round(max_rank * frac))
+        f = Fraction(repr(float(frac))).limit_denominator(10**6)
+        return max(1, math.floor(max_rank * f + Fraction(1, 2)))
 
     def tier_of(self, client: int, rnd: int, rng: np.random.Generator) -> int:
         if not self.dynamic:
@@ -120,6 +166,14 @@ class TierAssigner:
                              self.tiers[self.assignment[c]].rank, sizes[c])
             for c in range(self.n_clients)
         }
+
+    def reachable_profiles(self, sizes: list[int]) -> list[ClientProfile]:
+        """The budgets clients can have: every client's static profile, or with ``dynamic``
+        one profile per tier drawn with positive probability (client -1, no examples).
+        What ``Method.check_tiers`` is given."""
+        if not self.dynamic:
+            return list(self.static_profiles(sizes).values())
+        return [ClientProfile(-1, t.tier, t.layers, t.rank, 0) for t, p in zip(self.tiers, self.probs) if p > 0]
 
     def counts(self) -> dict[str, int]:
         """Clients assigned to each tier (static assignment)."""

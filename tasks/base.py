@@ -58,6 +58,21 @@ class ModelBundle:
         return {j: [f"{self.blocks_path}.{j}.{s}" for s in sfx] for j in range(self.n_layers)}
 
 
+@torch.no_grad()
+def init_like(module: nn.Module, template: nn.Module) -> None:
+    """Draw every parameter of ``module`` from a normal with the mean and std of the same
+    parameter of ``template`` (a freshly initialised head: same structure); a constant
+    template parameter (zero biases, a zero-initialised head) is copied."""
+    ref = dict(template.named_parameters())
+    for name, p in module.named_parameters():
+        t = ref[name].detach().float()
+        std = float(t.std()) if t.numel() > 1 else 0.0
+        if std > 0:
+            p.normal_(float(t.mean()), std)
+        else:
+            p.copy_(t.to(p.dtype))
+
+
 def get_submodule(model: nn.Module, path: str) -> nn.Module:
     return model.get_submodule(path) if path else model
 
@@ -155,6 +170,14 @@ class Task:
 
     def collate(self, examples: list[dict]) -> dict:
         return torch.utils.data.default_collate(examples)
+
+    def init_head(self, module: nn.Module, template: nn.Module) -> None:
+        """Initialise ``module``, a new classifier shaped like the task's head ``template``
+        (e.g. DepthFL's early exits), in place, exactly as the task initialises its head.
+        Called under the run's seeded RNG. Default: :func:`init_like` (each parameter drawn
+        with the initial mean and std of the template's; constants copied). Override where
+        the task knows its scheme."""
+        init_like(module, template)
 
     def loss(self, model: nn.Module, batch: dict) -> tuple[torch.Tensor, Any]:
         """Mean training loss over the batch, and the raw outputs (for method loss terms)."""

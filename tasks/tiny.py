@@ -158,6 +158,17 @@ class TinyVision(ClassificationTask):
             return ModelBundle(model, "blocks", targets, ["head"], default_target="fedra")
         raise UserError(f"tiny_vision: unknown model {c.model!r} (choose from: vit, mixer)")
 
+    def init_head(self, module, template):
+        """The ViT's head scheme (timm's ``init_weights_vit_timm``: trunc-normal std 0.02,
+        zero bias), as ``build_model`` draws it; the Mixer's head is zero (copied)."""
+        if self.config.model == "vit":
+            import timm.models.vision_transformer as vit
+
+            for m in module.modules():
+                vit.init_weights_vit_timm(m)
+        else:
+            super().init_head(module, template)
+
     def forward(self, model, batch):
         return model(batch["x"])
 

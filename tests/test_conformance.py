@@ -52,3 +52,24 @@ def test_method_runs_two_rounds(method, task, tmp_path):
     _finite_numbers(rec["cost"], "cost")
     assert rec["cost"]["tflops_per_step"]["mean"] > 0
     assert rec["cost"]["traffic_mb_per_client_round"]["total"] > 0
+
+
+# ---------------------------------------------------------------------------- learning
+#: rounds on tiny_text for every method to beat its own untrained model (the slowest
+#: learners, the partial-layer and rank-1 tiers, need a few)
+LEARN_ROUNDS = 5
+LEARN_TASK = "tiny_text"
+#: methods that may not beat their untrained model here, with the reason
+LEARN_EXCEPTIONS: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS.keys() if TASKS.get(LEARN_TASK).kind in METHODS.get(m).task_kinds])
+def test_method_beats_its_untrained_model(method, tmp_path):
+    if method in LEARN_EXCEPTIONS:
+        pytest.xfail(LEARN_EXCEPTIONS[method])
+    run = dict(rounds=LEARN_ROUNDS, clients=4, per_round=4, roc="1:1:1", seed=0, out=str(tmp_path),
+               eval_initial=True, eval_every=LEARN_ROUNDS, measure_flops=False)
+    rec, _ = Experiment(method, LEARN_TASK, run, task_config=SMALL_TASK_CONFIGS[LEARN_TASK]).run()
+    assert rec["status"] == "ok", rec["error"]
+    initial, final = rec["results"]["initial"]["metric"], rec["results"]["final"]
+    assert final > initial, f"{method}: {final} after {LEARN_ROUNDS} rounds <= {initial} untrained"

@@ -10,7 +10,7 @@ import torch
 
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState
-from fedbench.methods.depth_hetero import DepthFL, DepthFLConfig, depthfl_loss, kd_weight
+from fedbench.methods.depth_hetero import DepthFL, DepthFLConfig, depthfl_loss, exit_blocks, kd_weight
 from fedbench.runners.experiment import Experiment
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, TaskConfig
 
@@ -60,7 +60,10 @@ def test_classifier_positions_and_plans(tiny_am, ctx_for):
     assert kd_weight(4, 4) == 1.0 and kd_weight(0, 4) == pytest.approx(math.exp(-5))
     up = m.upload_keys(plans[1])
     assert "fedbench_extra.exit1.weight" in up and "fedbench_extra.exit2.weight" not in up
-    assert "head.weight" not in up and "head.weight" in m.client_payload(state, plans[1])
+    # only the classifiers it holds travel: no final head for a client that does not reach it
+    assert "head.weight" not in up and "head.weight" not in m.client_payload(state, plans[1])
+    assert "head.weight" not in m.model_keys(plans[1]) and "head.weight" in m.client_payload(state, plans[3])
+    assert set(m.client_payload(state, plans[1])) == set(m.model_keys(plans[1]))
     assert m.hidden_blocks(plans[1]) == (2, 5) and m.hidden_blocks(None) == (2, 5, 8)
 
 
@@ -74,7 +77,7 @@ def test_loss_formula_against_hand_computation():
 
 
 def test_client_loss_on_a_tiny_model(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [3, 6])
+    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [3, 6], group_size=3)
     task, x, y = _Task(), torch.randn(8, 4), torch.randint(0, 3, (8,))
     batch = {"x": x, "y": y}
     full = plans[1]
@@ -94,7 +97,7 @@ def test_client_loss_on_a_tiny_model(tiny_am, ctx_for):
 
 
 def test_owner_averaging_of_the_classifiers(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [3, 6])
+    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [3, 6], group_size=3)
     ups = []
     for c, n, v in [(0, 1, 1.0), (1, 3, 5.0)]:
         ups.append(ClientUpdate(c, {k: torch.full_like(state.tensors[k], v) for k in m.upload_keys(plans[c])}, n, plans[c]))
@@ -105,7 +108,7 @@ def test_owner_averaging_of_the_classifiers(tiny_am, ctx_for):
 
 
 def test_evaluation_records_ensemble_and_last_head(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [6])
+    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [6], group_size=3)
     task = _Task()
     x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
     runner = SimpleNamespace(method=m, am=am, task=task, test=ArrayDataset({"x": x, "y": y}),
@@ -117,6 +120,34 @@ def test_evaluation_records_ensemble_and_last_head(tiny_am, ctx_for):
     acc = lambda z: float((z.argmax(-1) == y).float().mean())
     assert res.extra["top1_ensemble"] == pytest.approx(acc(ens)) and res.extra["top1_last"] == pytest.approx(acc(last))
     assert res.value == res.extra["top1_ensemble"]
-    m_last = DepthFL(DepthFLConfig(eval_head="last"), m.ctx)
+    m_last = DepthFL(DepthFLConfig(eval_head="last", group_size=3), m.ctx)
     runner.method = m_last
     assert Experiment.evaluate(runner, state, None).value == pytest.approx(acc(last))
+
+
+def test_exits_scale_with_depth_and_are_recorded():
+    assert exit_blocks(12) == [2, 5, 8, 11]  # after blocks 3, 6, 9, 12 (1-based)
+    assert exit_blocks(6) == [1, 2, 4, 5]  # 4 exits on 6 blocks: after 2, 3, 5, 6 (round half up of 1.5, 3, 4.5, 6)
+    assert exit_blocks(24) == [5, 11, 17, 23] and exit_blocks(2) == [0, 1]
+    assert exit_blocks(6, group_size=3) == [2, 5] and exit_blocks(7, group_size=3) == [2, 5, 6]
+    assert exit_blocks(12, n_exits=3) == [3, 7, 11]
+
+
+def test_exit_heads_initialised_like_the_task_head_and_depthfl_beats_chance(tmp_path):
+    from smoke import SMALL_TASK_CONFIGS
+
+    cfg = dict(SMALL_TASK_CONFIGS["tiny_vision"], n_train_per_domain=64)
+    exp = Experiment("depthfl", "tiny_vision", dict(rounds=8, clients=4, per_round=4, roc="1:1:1", seed=0,
+                                                    out=str(tmp_path)), task_config=cfg)
+    exp.setup()
+    head_std = float(exp.am.model.head.weight.std())
+    for k in range(len(exp.method.exits) - 1):
+        w = exp.am.model.get_submodule(f"fedbench_extra.exit{k}").weight
+        assert float(w.std()) == pytest.approx(head_std, rel=0.25)  # timm ViT head: trunc-normal std 0.02
+        assert torch.count_nonzero(exp.am.model.get_submodule(f"fedbench_extra.exit{k}").bias) == 0
+    rec, _ = Experiment("depthfl", "tiny_vision", dict(rounds=8, clients=4, per_round=4, roc="1:1:1", seed=0,
+                                                        out=str(tmp_path)), task_config=cfg).run()
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["run"]["method_layout"]["exits_after_blocks"] == exp.method.layout()["exits_after_blocks"]
+    chance = 1.0 / exp.data.n_classes
+    assert rec["results"]["final"] > chance + 0.1, rec["results"]["curve"]

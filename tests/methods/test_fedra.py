@@ -71,3 +71,34 @@ def test_uniform_weighting_option():
     method = FedRA(FedRAConfig(weighting="uniform"), ctx([2, 2]))
     new = method.aggregate(state(), [upd(0, (1,), 1.0, 10), upd(1, (1,), 4.0, 30)])
     assert torch.allclose(new.tensors["l1.A"], torch.tensor((1.0 + 4.0) / 2))
+
+
+def test_traffic_both_ways_labelled():
+    c = ctx([2, 3])
+    c.block_bytes = {j: 100 * (j + 1) for j in range(L)}
+    plan = ClientPlan(0, 0, (1, 3), blocks=(1, 3))
+    pay = {k: torch.zeros(2) for k in ["l1.A", "l1.B", "l3.A", "l3.B", "head.w"]}
+    lora = 5 * 2 * 4
+    m = FedRA(FedRAConfig(), c)
+    assert m.down_bytes(plan, pay) == lora
+    assert m.down_bytes_variants(plan, pay) == {FedRA.WITH_BLOCKS: lora + 200 + 400}
+    m = FedRA(FedRAConfig(count_frozen_blocks=True), c)
+    assert m.down_bytes(plan, pay) == lora + 600
+    assert m.down_bytes_variants(plan, pay) == {FedRA.WITHOUT_BLOCKS: lora}
+
+
+def test_fulldepth_variant_trains_random_layers_on_the_full_model():
+    from fedbench.methods import METHODS
+    from fedbench.methods.fedra import FedRAFullDepth
+
+    assert METHODS.get("fedra_fulldepth") is FedRAFullDepth
+    assert "full-depth" in METHODS.entry("fedra_fulldepth").description
+    method = FedRAFullDepth(FedRAConfig(), ctx([2, 3]))
+    profiles = list(method.ctx.profiles.values())
+    sub = FedRA(FedRAConfig(), method.ctx).plan(1, profiles, state(), np.random.default_rng(1))
+    plans = method.plan(1, profiles, state(), np.random.default_rng(1))
+    for p in profiles:
+        assert plans[p.client].blocks is None  # full-depth forward
+        assert plans[p.client].train_layers == sub[p.client].train_layers  # the same allocation M
+        assert len(plans[p.client].train_layers) == p.layers
+    assert method.extra_down_bytes(plans[0]) == 0 and method.down_bytes_variants(plans[0], {}) == {}

@@ -104,3 +104,31 @@ def test_eval_state_is_the_merged_model(tiny_am, ctx_for):
     plain = am.model(x)
     assert not torch.allclose(merged, plain)  # the merged base changed the global model
     assert torch.allclose(am.model(x), plain)  # and was restored afterwards
+
+
+def test_traffic_headline_is_the_stack_and_merged_weights_are_the_alternative(tiny_am, ctx_for):
+    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+    head = tensor_bytes({k: state.tensors[k] for k in m.ctx.head_keys})
+    pay = m.client_payload(state, plans[0])
+    assert m.down_bytes(plans[0], pay) == head  # round 1: nothing stacked yet, clients hold W_0
+    assert m.down_bytes_variants(plans[0], pay) == {FLoRA.MERGED_LABEL: tensor_bytes(pay)}
+    new = m.aggregate(state, _updates(m, state, plans, [1, 2, 3]))
+    plans2 = m.plan(2, list(m.ctx.profiles.values()), new, np.random.default_rng(1))
+    pay2 = m.client_payload(new, plans2[0])
+    elsize = pay2[W1].element_size()
+    stack = sum((1 + 2 + 4) * (4 + 4) * elsize for _ in m.modules)  # sum_i r_i (d_in + d_out) per module
+    assert m.down_bytes(plans2[0], pay2) == stack + head
+    assert m.down_bytes_variants(plans2[0], pay2)[FLoRA.MERGED_LABEL] == tensor_bytes(pay2)
+
+
+def test_record_has_both_traffic_counts(tmp_path):
+    from fedbench.runners.experiment import Experiment
+    from smoke import SMALL_TASK_CONFIGS
+
+    rec, _ = Experiment("flora", "tiny_text", dict(rounds=2, clients=3, per_round=3, roc="1:1:1", out=str(tmp_path)),
+                        task_config=SMALL_TASK_CONFIGS["tiny_text"]).run()
+    assert rec["status"] == "ok", rec["error"]
+    alt = rec["cost"]["traffic_alt_mb_per_client_round"][FLoRA.MERGED_LABEL]
+    assert alt["down"] > rec["cost"]["traffic_mb_per_client_round"]["down"] > 0
+    assert alt["up"] == rec["cost"]["traffic_mb_per_client_round"]["up"]
+    assert set(alt["by_tier"]) == {"0", "1", "2"}

@@ -54,7 +54,7 @@ def test_payload_is_the_leading_components(tiny_am, ctx_for):
 
 
 def test_equal_ranks_is_fedavg_of_a_and_b(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [4, 4])
+    am, m, state, plans = _setup(tiny_am, ctx_for, [4, 4], aggregation="examples")
     ups = [_const_update(m, plans[0], 1, 1.0, 3.0), _const_update(m, plans[1], 3, 5.0, 7.0)]
     new = m.aggregate(state, ups).tensors
     assert torch.allclose(new[A0], torch.full((4, 4), (1 * 1.0 + 3 * 5.0) / 4))
@@ -63,7 +63,7 @@ def test_equal_ranks_is_fedavg_of_a_and_b(tiny_am, ctx_for):
 
 
 def test_each_component_averaged_over_the_clients_that_had_it(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4], aggregation="examples")
     ups = [_const_update(m, plans[0], 1, 1.0, 10.0), _const_update(m, plans[1], 2, 2.0, 20.0),
            _const_update(m, plans[2], 3, 4.0, 40.0)]
     new = m.aggregate(state, ups).tensors
@@ -77,12 +77,18 @@ def test_each_component_averaged_over_the_clients_that_had_it(tiny_am, ctx_for):
 
 
 def test_components_nobody_had_keep_their_value(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2])
+    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2], aggregation="examples")
     ups = [_const_update(m, plans[0], 1, 1.0, 1.0), _const_update(m, plans[1], 1, 3.0, 3.0)]
     new = m.aggregate(state, ups).tensors
     assert torch.equal(new[A0][2:], state.tensors[A0][2:])
     assert torch.equal(new[B0][:, 2:], state.tensors[B0][:, 2:])
     assert torch.allclose(new[A0][1], torch.full((4,), 3.0))
+
+
+def test_defaults_are_the_papers_sparsity_weighting_and_self_pruning():
+    cfg = HetLoRAConfig()
+    assert cfg.aggregation == "sparsity" and cfg.prune and cfg.reg_lambda > 0
+    assert HetLoRAConfig(aggregation="examples", prune=False).aggregation == "examples"  # the others are options
 
 
 def test_sparsity_weights_are_frobenius_norms_of_b_a(tiny_am, ctx_for):

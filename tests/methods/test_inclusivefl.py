@@ -1,5 +1,5 @@
-"""InclusiveFL: prefix plans, per-layer owner averaging, momentum distillation in every
-round after the first."""
+"""InclusiveFL: prefix plans, per-layer owner averaging, momentum distillation from the
+current round's upper-block update, every round."""
 
 import numpy as np
 import torch
@@ -43,23 +43,20 @@ def test_prefix_plans(tiny_am, ctx_for):
     assert not any(k.startswith("blocks.2") for k in pay) and "head.weight" in pay
 
 
-def test_layers_averaged_over_owners_and_momentum_every_round_after_the_first(tiny_am, ctx_for):
+def test_layers_averaged_over_owners_and_momentum_from_this_rounds_update(tiny_am, ctx_for):
     m, s0, plans = _setup(tiny_am, ctx_for)
     small = lambda: _update(m, plans[0], 1, {0: 1.0, 1: 1.0})
-    # round 1: no buffer yet -> the top block of the small model (block 1) is the owner mean
+    # round 1: the top block of the small model (block 1) = owner mean + beta * the mean of
+    # this round's upper-block (2, 3) updates (from 0: 5 and 9)
     s1 = m.aggregate(s0, [small(), _update(m, plans[1], 3, {0: 3.0, 1: 3.0, 2: 5.0, 3: 9.0})])
-    assert torch.allclose(_a(s1, 1), torch.full((4, 4), (1 * 1.0 + 3 * 3.0) / 4))
+    assert torch.allclose(_a(s1, 1), torch.full((4, 4), (1 * 1.0 + 3 * 3.0) / 4 + BETA * (5.0 + 9.0) / 2))
     assert torch.allclose(_a(s1, 2), torch.full((4, 4), 5.0))  # only the large client has it
-    # buffer = mean of the upper blocks' (2, 3) updates of this round
+    assert torch.allclose(_a(s1, 0), torch.full((4, 4), 2.5))  # other blocks: plain owner mean
     assert torch.allclose(s1.tensors[MOMENTUM + "blocks.1.fc.lora_A.weight"], torch.full((4, 4), (5.0 + 9.0) / 2))
-    # round 2: owner mean + beta * last round's buffer
+    # round 2: this round's upper updates ((6 - 5) + (11 - 9)) / 2, not last round's
     s2 = m.aggregate(s1, [small(), _update(m, plans[1], 3, {0: 3.0, 1: 3.0, 2: 6.0, 3: 11.0})])
-    assert torch.allclose(_a(s2, 1), torch.full((4, 4), 2.5 + BETA * 7.0))
-    assert torch.allclose(_a(s2, 0), torch.full((4, 4), 2.5))  # other blocks: plain owner mean
-    # round 3: again, with round 2's upper updates ((6 - 5) + (11 - 9)) / 2
-    s3 = m.aggregate(s2, [small(), _update(m, plans[1], 3, {0: 3.0, 1: 3.0, 2: 6.0, 3: 11.0})])
-    assert torch.allclose(_a(s3, 1), torch.full((4, 4), 2.5 + BETA * ((6.0 - 5.0) + (11.0 - 9.0)) / 2))
-    assert set(m.eval_tensors(s3)) == set(s0.tensors)  # buffers are not model tensors
+    assert torch.allclose(_a(s2, 1), torch.full((4, 4), 2.5 + BETA * ((6.0 - 5.0) + (11.0 - 9.0)) / 2))
+    assert set(m.eval_tensors(s2)) == set(s0.tensors)  # buffers are not model tensors
 
 
 def test_no_larger_client_sampled_gives_an_empty_buffer(tiny_am, ctx_for):
