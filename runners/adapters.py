@@ -87,6 +87,8 @@ class AdapterModel:
         self._params: dict[tuple[str, str | None], nn.Parameter] = {}
         for name, p in self.model.named_parameters():
             self._params[canonical(name)] = p
+        # storages of every parameter (the saved-tensor meter leaves them out), once per model
+        self.param_ptrs: frozenset[int] = frozenset(p.untyped_storage().data_ptr() for p in self._params.values())
 
     def _keys_under(self, modules: Sequence[str], adapter: str | None) -> list[str]:
         prefixes = tuple(m + "." for m in modules)

@@ -30,10 +30,13 @@ def count_flops() -> Iterator[FlopCounterMode]:
 
 
 class SavedTensorBytes:
-    """Sum of bytes autograd saves for backward inside the context (params excluded)."""
+    """Sum of bytes autograd saves for backward inside the context (params excluded).
 
-    def __init__(self, exclude: list[torch.Tensor]):
-        self._exclude = {p.untyped_storage().data_ptr() for p in exclude}
+    ``exclude``: the storage pointers of the parameters (:func:`storage_ptrs`, computed
+    once per model, not per measured step), or the tensors themselves."""
+
+    def __init__(self, exclude: "frozenset[int] | set[int] | list[torch.Tensor]"):
+        self._exclude = exclude if isinstance(exclude, (set, frozenset)) else storage_ptrs(exclude)
         self._seen: set[int] = set()
         self.bytes = 0
 
@@ -49,6 +52,11 @@ class SavedTensorBytes:
     def track(self) -> Iterator["SavedTensorBytes"]:
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
             yield self
+
+
+def storage_ptrs(tensors) -> frozenset[int]:
+    """The data pointers of the storages of ``tensors``."""
+    return frozenset(t.untyped_storage().data_ptr() for t in tensors)
 
 
 def optimizer_state_bytes(opt: torch.optim.Optimizer) -> int:
