@@ -43,6 +43,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, help="local learning rate")
     p.add_argument("--seed", type=int, help="seed")
     p.add_argument("--device", help="auto (CUDA if present), cpu, cuda, cuda:N")
+    p.add_argument("--threads", type=int, help="torch threads of the run (default: 1 for tiny tasks, else the "
+                   "cores given to the process)")
     p.add_argument("--eval-initial", action="store_true", default=None,
                    help="also evaluate the model before round 1 (the un-tuned baseline) into the record")
     p.add_argument("--data-dir", help="local data directory for the task (offline path)")
@@ -55,7 +57,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 RUN_FLAGS = ("setting", "roc", "capacities", "dynamic", "clients", "per_round", "rounds", "local_epochs",
-             "max_steps", "batch_size", "optimizer", "lr", "seed", "device", "eval_initial", "out")
+             "max_steps", "batch_size", "optimizer", "lr", "seed", "device", "threads", "eval_initial", "out")
 
 
 def build_parser() -> argparse.ArgumentParser:
