@@ -213,7 +213,7 @@ class Experiment:
             return self._evaluate_local(state, engine)
         m, am = self.method, self.am
         tensors = m.eval_tensors(state)
-        with am.base_overlay(tensors), am.subset_blocks(m.eval_blocks(state)), \
+        with torch.no_grad(), am.base_overlay(tensors), am.subset_blocks(m.eval_blocks(state)), \
                 am.capture(m.hidden_blocks(None)) as hidden:
             am.load(tensors)
             am.model.eval()
