@@ -33,8 +33,8 @@ TINY = ("tiny_text", {"clients": 100, "per_round": 10, "max_steps": 1, "rounds":
 MINILM = ("ledgar", {"clients": 20, "per_round": 5, "max_steps": 2, "rounds": 2}, {"model": "minilm-l6", "seq_len": 32})
 
 
-def one_run(task, run, task_cfg, out, data=None, **extra):
-    exp = Experiment("fedavg", task, {**run, "out": out, **extra.pop("run", {})}, task_config={**task_cfg, **extra},
+def one_run(task, run, task_cfg, out, data=None, run_extra=None, **extra):
+    exp = Experiment("fedavg", task, {**run, "out": out, **(run_extra or {})}, task_config={**task_cfg, **extra},
                      data=data)
     rec, _ = exp.run()
     if rec["status"] != "ok":
@@ -47,7 +47,7 @@ def meter_overhead(label, task, run, task_cfg, repeats, out):
     _, data = one_run(task, {**run, "rounds": 1}, task_cfg, out)  # warm-up: load the data, build the model once
     for i in range(repeats):
         for measure in ((True, False) if i % 2 == 0 else (False, True)):
-            rec, data = one_run(task, run, task_cfg, out, data, run={"measure_flops": measure, "seed": i})
+            rec, data = one_run(task, run, task_cfg, out, data, run_extra={"measure_flops": measure, "seed": i})
             (on if measure else off).append(rec["cost"]["seconds_per_round"])
             rec_on, rec_off = (rec, rec_off) if measure else (rec_on, rec)
     ratio = statistics.median(on) / statistics.median(off)

@@ -21,3 +21,25 @@ def test_cli_list_imports_no_heavy_libraries():
             f"sys.stderr.write(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(p.stderr.strip().splitlines()[-1]) == []
+
+
+def test_list_from_cache_is_the_same_and_skips_torch(tmp_path):
+    """`fedbench list` keeps its listing per exact source (hash of paths, sizes, mtimes):
+    the second call prints the same without importing torch."""
+    import os
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    code = ("import sys; from fedbench.runners.cli import main; main(['list', '--fields']); "
+            "sys.stderr.write('torch' if 'torch' in sys.modules else 'no torch')")
+
+    def run(**extra):
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**env, **extra})
+        return p.stdout, p.stderr.strip().splitlines()[-1]
+
+    fresh, torch_fresh = run(FEDBENCH_NO_LIST_CACHE="1")
+    cold, _ = run()
+    warm, torch_warm = run()
+    assert fresh == cold == warm and "fedavg" in warm and "lora_r = " in warm
+    assert torch_fresh == "torch" and torch_warm == "no torch"
+    assert len(list((tmp_path / "fedbench").glob("list-*.json"))) == 1
