@@ -27,7 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from fedbench.runners.experiment import Experiment
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's code, not an installed copy
+
+from fedbench.runners.experiment import Experiment  # noqa: E402
 
 TINY = ("tiny_text", {"clients": 100, "per_round": 10, "max_steps": 1, "rounds": 3}, {})
 MINILM = ("ledgar", {"clients": 20, "per_round": 5, "max_steps": 2, "rounds": 2}, {"model": "minilm-l6", "seq_len": 32})
@@ -74,7 +77,7 @@ def list_time(n=3):
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "fedbench", "list"], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "fedbench", "list"], check=True, capture_output=True, cwd=ROOT)
         times.append(time.perf_counter() - t0)
     print(f"(b) `fedbench list`: {statistics.median(times):.2f} s wall (median of {n}; all: "
           f"{', '.join(f'{t:.2f}' for t in times)})")
@@ -85,6 +88,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="runs of each variant (interleaved)")
     ap.add_argument("--licenses", default="/work/shared/data/licenses", help="licenses data (skipped if absent)")
     args = ap.parse_args()
+    import fedbench
+
+    print(f"code: {Path(fedbench.__file__).resolve().parent.parent}")
     with tempfile.TemporaryDirectory() as out:
         list_time()
         _, data = meter_overhead("tiny_text, 100 clients x 1 step", *TINY, args.repeats, out)
