@@ -11,7 +11,8 @@ value per seed.
   RunConfig).
 * Not part of the variant: :data:`IGNORED_RUN_FIELDS` (cannot change a result), ``seed``
   (the cell's samples), ``setting`` (the columns), the resource-label fields
-  :data:`LABEL_FIELDS` (the RoC column) and ``task_config.data_dir``.
+  :data:`LABEL_FIELDS` (the RoC column), ``task_config.data_dir`` and
+  ``task_config.eval_batch_size`` (the default grew from 64 to 256; no backward, same scores).
 * A field whose value is fixed by the setting within one table (every run of a setting
   has the same value, e.g. the number of clients of a domain split) only restates the
   column and is dropped too, so a row is not split across settings by it.
@@ -82,7 +83,7 @@ def raw_variant(rec: dict) -> dict[str, str]:
     for k, v in (run.get("method_config") or {}).items():
         out[f"method.{k}"] = _canon(v)
     for k, v in (run.get("task_config") or {}).items():
-        if k != "data_dir":
+        if k not in ("data_dir", "eval_batch_size"):  # where the data are, how many examples at once
             out[f"task.{k}"] = _canon(v)
     return out
 

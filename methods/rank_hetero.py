@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence
 
 import torch
-from peft.tuners.lora import LoraLayer
 
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
@@ -113,6 +112,8 @@ def pad_rank(a: torch.Tensor, b: torch.Tensor, r: int) -> tuple[torch.Tensor, to
 
 def active_lora_pairs(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, torch.nn.Parameter]]:
     """(A, B) parameters of the active adapter of every peft LoRA layer in ``model``."""
+    from peft.tuners.lora import LoraLayer  # peft on use: registering methods stays cheap
+
     out = []
     for m in model.modules():
         if isinstance(m, LoraLayer):

@@ -19,8 +19,6 @@ import re
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import torch
-from peft import LoraConfig, inject_adapter_in_model
-from peft.tuners.lora import LoraLayer
 from torch import nn
 
 from fedbench.methods.base import EXTRA_PREFIX
@@ -79,6 +77,8 @@ class AdapterModel:
 
     # -- construction ----------------------------------------------------------------
     def _inject(self, adapter: str, r: int, alpha: float) -> None:
+        from peft import LoraConfig, inject_adapter_in_model  # peft on use (start-up stays cheap)
+
         cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=self.dropout, target_modules=self._targets, bias="none")
         inject_adapter_in_model(cfg, self.model, adapter_name=adapter)
 
@@ -88,6 +88,8 @@ class AdapterModel:
         for name, p in self.model.named_parameters():
             self._params[canonical(name)] = p
         self._names = {k for (k, _) in self._params}
+        # storages of every parameter (the saved-tensor meter leaves them out), once per model
+        self.param_ptrs: frozenset[int] = frozenset(p.untyped_storage().data_ptr() for p in self._params.values())
 
     def _keys_under(self, modules: Sequence[str], adapter: str | None) -> list[str]:
         prefixes = tuple(m + "." for m in modules)
@@ -122,6 +124,8 @@ class AdapterModel:
         Asking again for ``name`` with another rank or alpha is an error: the peft scaling
         alpha / r of an adapter must be what the method assumes on the server.
         """
+        from peft.tuners.lora import LoraLayer
+
         alpha = self.alpha if alpha is None else alpha
         if any(a == name for (_, a) in self._params):
             layer = next(m for m in self.model.modules() if isinstance(m, LoraLayer) and name in m.r)
@@ -145,6 +149,8 @@ class AdapterModel:
             self._set_active(prev)
 
     def _set_active(self, name: str) -> None:
+        from peft.tuners.lora import LoraLayer
+
         for m in self.model.modules():
             if isinstance(m, LoraLayer):
                 m.set_adapter(name)  # peft also flips requires_grad on; undo below

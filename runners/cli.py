@@ -43,6 +43,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, help="local learning rate")
     p.add_argument("--seed", type=int, help="seed")
     p.add_argument("--device", help="auto (CUDA if present), cpu, cuda, cuda:N")
+    p.add_argument("--threads", type=int, help="torch threads of the run (default: 1 for tiny tasks, else the "
+                   "cores given to the process)")
     p.add_argument("--eval-initial", action="store_true", default=None,
                    help="also evaluate the model before round 1 (the un-tuned baseline) into the record")
     p.add_argument("--data-dir", help="local data directory for the task (offline path)")
@@ -55,7 +57,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 RUN_FLAGS = ("setting", "roc", "capacities", "dynamic", "clients", "per_round", "rounds", "local_epochs",
-             "max_steps", "batch_size", "optimizer", "lr", "seed", "device", "eval_initial", "out")
+             "max_steps", "batch_size", "optimizer", "lr", "seed", "device", "threads", "eval_initial", "out")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,25 +90,85 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------------ list
-def cmd_list(args) -> int:
+def _list_sources() -> list[Path]:
+    """The source files whose code can change what ``fedbench list`` prints."""
+    import importlib.util
+
+    import fedbench
+
+    files = []
+    for pkg in ("fedbench.methods", "fedbench.tasks", "fedbench.runners"):
+        spec = importlib.util.find_spec(pkg)  # imports fedbench only, not the package itself
+        for d in (spec.submodule_search_locations or []) if spec else []:
+            files += sorted(Path(d).glob("*.py"))
+    return files + sorted(Path(fedbench.__file__).parent.glob("*.py"))
+
+
+def _list_cache_path() -> Path | None:
+    """Where the listing of this exact code is kept (start-up without importing torch):
+    a hash of every source file's path, size and mtime; None when it cannot be computed."""
+    import hashlib
+
+    import fedbench
+
+    if os.environ.get("FEDBENCH_NO_LIST_CACHE"):
+        return None
+    try:
+        h = hashlib.sha256(f"{fedbench.__version__} {sys.version}".encode())
+        for f in _list_sources():
+            st = f.stat()
+            h.update(f"{f} {st.st_size} {st.st_mtime_ns}\n".encode())
+    except (OSError, ImportError, ValueError):
+        return None
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedbench"
+    return base / f"list-{h.hexdigest()[:20]}.json"
+
+
+def _list_entries() -> dict:
+    """{registry: [[key, description, aliases, [[field, repr(default), help], ...]], ...]}."""
+    import json
+
+    path = _list_cache_path()
+    if path is not None:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
     from fedbench.config import describe_fields
     from fedbench.methods import METHODS
     from fedbench.tasks import TASKS
 
-    def show(title, reg, cfg_attr):
+    entries = {name: [[e.key, e.description, list(e.aliases),
+                       [[n, repr(d), h] for n, d, h in describe_fields(e.obj.config_cls)]] for e in reg.entries()]
+               for name, reg in (("methods", METHODS), ("tasks", TASKS))}
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entries))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return entries
+
+
+def cmd_list(args) -> int:
+    entries = _list_entries()
+
+    def show(title, rows):
         print(f"{title}:")
-        width = max(len(e.key) for e in reg.entries())
-        for e in reg.entries():
-            alias = f" (alias: {', '.join(e.aliases)})" if e.aliases else ""
-            print(f"  {e.key:<{width}}  {e.description}{alias}")
+        width = max(len(r[0]) for r in rows)
+        for key, description, aliases, fields in rows:
+            alias = f" (alias: {', '.join(aliases)})" if aliases else ""
+            print(f"  {key:<{width}}  {description}{alias}")
             if args.fields:
-                for name, default, help_ in describe_fields(getattr(e.obj, cfg_attr)):
-                    print(f"  {'':<{width}}    {name} = {default!r}: {help_}")
+                for name, default, help_ in fields:
+                    print(f"  {'':<{width}}    {name} = {default}: {help_}")
 
     if args.what in ("methods", "all"):
-        show("methods (--method; fields: --set method.FIELD=VALUE)", METHODS, "config_cls")
+        show("methods (--method; fields: --set method.FIELD=VALUE)", entries["methods"])
     if args.what in ("tasks", "all"):
-        show("tasks (--task; fields: --set task.FIELD=VALUE)", TASKS, "config_cls")
+        show("tasks (--task; fields: --set task.FIELD=VALUE)", entries["tasks"])
     return 0
 
 

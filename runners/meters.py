@@ -30,10 +30,13 @@ def count_flops() -> Iterator[FlopCounterMode]:
 
 
 class SavedTensorBytes:
-    """Sum of bytes autograd saves for backward inside the context (params excluded)."""
+    """Sum of bytes autograd saves for backward inside the context (params excluded).
 
-    def __init__(self, exclude: list[torch.Tensor]):
-        self._exclude = {p.untyped_storage().data_ptr() for p in exclude}
+    ``exclude``: the storage pointers of the parameters (:func:`storage_ptrs`, computed
+    once per model, not per measured step), or the tensors themselves."""
+
+    def __init__(self, exclude: "frozenset[int] | set[int] | list[torch.Tensor]"):
+        self._exclude = exclude if isinstance(exclude, (set, frozenset)) else storage_ptrs(exclude)
         self._seen: set[int] = set()
         self.bytes = 0
 
@@ -51,6 +54,11 @@ class SavedTensorBytes:
             yield self
 
 
+def storage_ptrs(tensors) -> frozenset[int]:
+    """The data pointers of the storages of ``tensors``."""
+    return frozenset(t.untyped_storage().data_ptr() for t in tensors)
+
+
 def optimizer_state_bytes(opt: torch.optim.Optimizer) -> int:
     total = 0
     for st in opt.state.values():
@@ -58,6 +66,41 @@ def optimizer_state_bytes(opt: torch.optim.Optimizer) -> int:
             if isinstance(v, torch.Tensor):
                 total += v.numel() * v.element_size()
     return total
+
+
+class PeakRSS:
+    """The process's peak resident set size over a stretch of code, measured (Linux).
+
+    ``reset()`` writes ``5`` to ``/proc/self/clear_refs`` (resets the high-water mark
+    ``VmHWM`` to the current RSS); ``read()`` returns ``VmHWM`` in bytes. Both give None
+    where that is unavailable (not Linux, no permission): the record then says null."""
+
+    def __init__(self):
+        self.available = True
+
+    def reset(self) -> bool:
+        if not self.available:
+            return False
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            self.available = False
+            return False
+
+    def read(self) -> int | None:
+        if not self.available:
+            return None
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024  # kB
+        except (OSError, ValueError, IndexError):
+            pass
+        self.available = False
+        return None
 
 
 def sync(device: torch.device) -> None:
@@ -93,6 +136,7 @@ class ClientCost:
     first_batch: int = 0  # batch size of the measured step
     accounted_bytes: int = 0
     cuda_peak_bytes: int | None = None
+    rss_peak_bytes: int | None = None  # the process's measured peak RSS during the client (Linux), or None
     seconds: float = 0.0
     down_bytes: int = 0
     up_bytes: int = 0

@@ -209,6 +209,10 @@ _SCHEMA = _Obj({
         "eval_seconds_per_round": _Opt(NUM_N),
         "meter_measurements": _Opt(INT_N),  # client steps measured by the FLOP/memory meter
         "meter_reused": _Opt(INT_N),  # client-rounds whose figures reuse a measurement of the same shapes
+        # the process's measured peak resident set during each client (Linux VmHWM, reset per
+        # client through /proc/self/clear_refs), beside the accounted figure; null where unavailable
+        "rss_peak_gb": _Opt(_Obj({"mean": NUM_N, "max": NUM_N, "by_tier": _MapOf(_Obj({"mean": NUM, "max": NUM}))},
+                                 nullable=True)),
     }),
     "env": _Obj({
         "python": STR,

@@ -119,4 +119,17 @@ def cost_section(costs: Sequence[ClientCost], logs: Sequence[RoundLog], device_t
         "eval_seconds_per_round": _mean(evals),
         "meter_measurements": measured,
         "meter_reused": reused,
+        "rss_peak_gb": _rss(trained, by_tier),
     }
+
+
+def _rss(trained: Sequence[ClientCost], by_tier) -> dict | None:
+    """Measured peak RSS of the process per client (mean/max, per tier); None where unmeasured."""
+    measured = [c for c in trained if c.rss_peak_bytes is not None]
+    if not measured:
+        return None
+
+    def mm(cs):
+        return {"mean": _mean(c.rss_peak_bytes / GB for c in cs), "max": max(c.rss_peak_bytes / GB for c in cs)}
+
+    return {**mm(measured), "by_tier": by_tier(measured, mm)}

@@ -191,7 +191,7 @@ def _measured_step(am, task, method, plan, phase, batch, params, opt, s: TrainSe
                    hidden) -> float:
     """One step under the FLOP counter and the saved-tensor meter."""
     opt.zero_grad(set_to_none=True)
-    saved = SavedTensorBytes(exclude=list(am.model.parameters()))
+    saved = SavedTensorBytes(exclude=am.param_ptrs)
     with count_flops() as fwd, saved.track():
         loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
     value = _finish(loss, plan)

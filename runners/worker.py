@@ -20,7 +20,7 @@ import torch
 from fedbench.errors import UserError
 from fedbench.methods.base import ClientPlan, Method
 from fedbench.runners.adapters import AdapterModel
-from fedbench.runners.meters import ClientCost
+from fedbench.runners.meters import ClientCost, PeakRSS
 from fedbench.runners.seeds import seed_for
 from fedbench.runners.train import MeterCache, TrainSettings, train_client
 from fedbench.tasks.base import EvalResult, Task, TaskData
@@ -133,6 +133,7 @@ class ClientWorker:
     def __init__(self, pool: ModelPool, method: Method, spec: WorkerSpec):
         self.pool, self.method, self.spec = pool, method, spec
         self.meter = MeterCache() if spec.measure else None
+        self.rss = PeakRSS()
 
     def run(self, job: ClientJob) -> ClientResult:
         plan, method = job.plan, self.method
@@ -146,11 +147,13 @@ class ClientWorker:
         if missing:  # no hidden channel: the client's model may only use what it was sent or keeps
             raise RuntimeError(f"client {plan.client}'s model uses {len(missing)} tensors it was neither sent nor "
                                f"keeps, e.g. {missing[0]}")
+        reset = self.rss.reset()
         with torch.random.fork_rng(devices=[am.device] if am.device.type == "cuda" else []):
             torch.manual_seed(job.seed)
             upload, priv, cost = train_client(am, self.pool.task, method, self.pool.data.train, job.indices, plan,
                                               tensors, self.spec.settings, np.random.default_rng(job.seed),
                                               self.meter, arch)
+        cost.rss_peak_bytes = self.rss.read() if reset else None
         return ClientResult(plan.client, upload, priv, cost)
 
     def evaluate(self, job: EvalJob, test: Any = None) -> EvalResult:

@@ -25,7 +25,7 @@ class TaskConfig:
 
     data_dir: str | None = cfg_field(None, "local data directory (offline path); None = the task's default source")
     model: str | None = cfg_field(None, "model: a registered alias, an HF id, a timm name or a local path")
-    eval_batch_size: int = cfg_field(64, "batch size at evaluation")
+    eval_batch_size: int = cfg_field(256, "batch size at evaluation (no backward: as large as memory allows)")
     eval_max_examples: int | None = cfg_field(None, "evaluate on at most this many test examples (None = all)")
 
 

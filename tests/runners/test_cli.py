@@ -22,6 +22,7 @@ BAD = [
     (["run", "--method", "fedra", "--task", "tiny_vision", "--set", "lrr=1"], "unknown config key run.lrr; did you mean run.lr"),
     (["run", "--method", "fedra", "--task", "tiny_vision", "--rounds", "x"], "invalid int value"),
     (["run", "--method", "fedra", "--task", "tiny_vision", "--setting", "domain", "--capacities", "12,abc"], "bad value"),
+    (["run", "--method", "fedra", "--task", "tiny_vision", "--threads", "0"], "run.threads"),
 ]
 
 
@@ -76,10 +77,11 @@ def test_yaml_config_and_set_precedence(tmp_path, capsys):
     cfg.write_text("run: {rounds: 1, clients: 3, per_round: 3}\ntask: {n_train: 60, n_test: 12}\nmethod: {lora_r: 2}\n")
     out = tmp_path / "r"
     assert main(["run", "--method", "fedavg", "--task", "tiny_text", "--config", str(cfg), "--set", "method.lora_r=4",
-                 "--out", str(out), "--no-progress"]) == 0
+                 "--threads", "2", "--out", str(out), "--no-progress"]) == 0
     rec = json.loads(next(out.rglob("*.json")).read_text())
     assert rec["run"]["rounds"] == 1 and rec["run"]["n_clients"] == 3
     assert rec["run"]["method_config"]["lora_r"] == 4 and rec["run"]["task_config"]["n_train"] == 60
+    assert rec["run"]["run_config"]["threads"] == 2 and rec["env"]["threads"] == 2  # --threads
 
 
 def test_no_progress_also_quiets_library_bars(monkeypatch):

@@ -1,0 +1,44 @@
+"""The meter cache is exact: reusing a measured step's figures for the same model shape
+gives the record the same FLOP and memory figures as measuring every client-round."""
+
+import pytest
+
+from fedbench.runners import train, worker
+from fedbench.runners.experiment import Experiment
+
+from smoke import SMALL_TASK_CONFIGS
+
+
+class _NeverHit(dict):
+    """A figures dict that never holds a key: every client-round is measured."""
+
+    def __contains__(self, key):
+        return False
+
+
+class _MeasureEvery(train.MeterCache):
+    def __init__(self):
+        super().__init__(figures=_NeverHit())
+
+
+def _run(tmp_path, method, run_extra):
+    run = {"rounds": 2, "clients": 6, "per_round": 4, "max_steps": 2, "out": str(tmp_path), **run_extra}
+    rec, _ = Experiment(method, "tiny_text", run, task_config=SMALL_TASK_CONFIGS["tiny_text"]).run()
+    assert rec["status"] == "ok", rec["error"]
+    return rec["cost"]
+
+
+@pytest.mark.parametrize("method, run_extra", [
+    ("fedavg", {}),
+    ("fedra", {"roc": "1:1:1"}),  # sub-models of several depths
+    ("hetlora", {"roc": "1:1:1"}),  # rank adapters of several ranks
+])
+def test_reused_figures_equal_measured_figures(tmp_path, monkeypatch, method, run_extra):
+    cached = _run(tmp_path / "cached", method, run_extra)
+    assert cached["meter_reused"] > 0  # the cache was used at all
+    monkeypatch.setattr(worker, "MeterCache", _MeasureEvery)
+    every = _run(tmp_path / "every", method, run_extra)
+    assert every["meter_reused"] == 0
+    assert every["meter_measurements"] == cached["meter_measurements"] + cached["meter_reused"]
+    for key in ("tflops_per_step", "accounted_mem_gb", "tflops_total", "peak_mem_gb"):
+        assert every[key] == cached[key], key

@@ -1,0 +1,38 @@
+"""Measured peak RSS per client beside the accounted memory; null where unavailable."""
+
+import json
+import sys
+
+import pytest
+
+from fedbench.runners import meters
+from fedbench.runners.experiment import Experiment
+from fedbench.runners.records import validate_record
+
+from smoke import SMALL_TASK_CONFIGS
+
+RUN = {"rounds": 1, "clients": 3, "per_round": 3, "max_steps": 1}
+
+
+def _run(tmp_path):
+    rec, path = Experiment("fedavg", "tiny_text", {**RUN, "out": str(tmp_path)},
+                           task_config=SMALL_TASK_CONFIGS["tiny_text"]).run()
+    assert rec["status"] == "ok", rec["error"]
+    validate_record(json.loads(path.read_text()))
+    return rec["cost"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not meters.PeakRSS().reset(), reason="Linux VmHWM")
+def test_rss_peak_recorded_per_tier(tmp_path):
+    rss = _run(tmp_path)["rss_peak_gb"]
+    assert 0.01 < rss["mean"] <= rss["max"] < 64
+    assert set(rss["by_tier"]) == {"0"}
+
+
+def test_rss_peak_null_where_unavailable(tmp_path, monkeypatch):
+    def no_access(self):
+        self.available = False
+        return False
+
+    monkeypatch.setattr(meters.PeakRSS, "reset", no_access)
+    assert _run(tmp_path)["rss_peak_gb"] is None
