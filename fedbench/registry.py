@@ -51,6 +51,13 @@ class Registry(Generic[T]):
         for a in aliases:
             self._aliases[a] = key
 
+    def remove(self, key: str) -> None:
+        """Unregister ``key`` and its aliases (tests that register a method of their own)."""
+        key = self.resolve(key)
+        entry = self._entries.pop(key)
+        for a in entry.aliases:
+            self._aliases.pop(a, None)
+
     def resolve(self, key: str) -> str:
         if key in self._entries:
             return key
