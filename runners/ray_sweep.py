@@ -15,6 +15,7 @@ then force-cancels what is left and shuts Ray down, leaving no worker behind.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import deque
@@ -79,8 +80,8 @@ def run_sweep(runs: list[dict], labels: list[str], args, warn: Callable[[str], N
         if sweep.is_done(path, warn):
             print(f"{label}: done ({path})")
             done += 1
-        else:
-            todo.append((label, r))
+        else:  # the records directory as this process sees it, whatever the worker's directory
+            todo.append((label, {**r, "run": {**r["run"], "out": os.path.abspath(str(r["out_dir"]))}}))
     if not todo:
         print(f"sweep: {len(runs)} runs, {done} already done, 0 failed")
         return 0
