@@ -122,3 +122,11 @@ def test_parallel_sweep_records_a_failed_run_and_goes_on(tmp_path, capsys):
     assert "2 runs, 0 already done, 1 failed" in capsys.readouterr().out
     statuses = sorted(json.loads(p.read_text())["status"] for p in (tmp_path / "res").rglob("*.json"))
     assert statuses == ["failed", "ok"]
+
+
+def test_without_ray_one_line_with_the_install_hint(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
+    preset = _preset(tmp_path, "methods: [fedavg]")
+    assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 2
+    assert "pip install 'fedbench-peft[ray]'" in capsys.readouterr().err
+    assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))
