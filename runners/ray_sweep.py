@@ -116,12 +116,14 @@ def run_sweep(runs: list[dict], labels: list[str], args, warn: Callable[[str], N
                     label, r = pending.pop(ref)
                     try:
                         status, _, line = ray.get(ref)
-                    except ray.exceptions.RayTaskError as e:  # an error the run did not record (bad input)
-                        cause = getattr(e, "cause", None) or e
-                        status, line = "failed", f"FAILED: {type(cause).__name__}: {str(cause).splitlines()[0]}"
-                    except ray.exceptions.RayError as e:  # its worker died (killed, out of memory)
-                        status = "failed"
-                        _, line = _record_crash(r, f"{type(e).__name__}: {str(e).splitlines()[0]}")
+                    except ray.exceptions.RayError as e:  # an error the run did not record, or its worker died
+                        cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
+                        cause = cause if isinstance(cause, BaseException) else e
+                        status, error = "failed", f"{type(cause).__name__}: {(str(cause).splitlines() or [''])[0]}"
+                        try:
+                            _, line = _record_crash(r, error)
+                        except Exception as e2:  # noqa: BLE001 - not even a record: say so, go on
+                            line = f"FAILED: {error} (no record: {e2})"
                     print(f"{label}: {line}", flush=True)
                     if status == "cancelled":
                         cancelled = True

@@ -130,3 +130,15 @@ def test_without_ray_one_line_with_the_install_hint(tmp_path, monkeypatch, capsy
     assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 2
     assert "pip install 'fedbench-peft[ray]'" in capsys.readouterr().err
     assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))
+
+
+def test_a_run_whose_worker_died_is_recorded_failed(tmp_path):
+    from fedbench.runners.ray_sweep import _record_crash
+    from fedbench.runners.records import validate_record
+
+    r = {"method": "fedavg", "task": "tiny_text", "run": {**RUN, "out": str(tmp_path)}, "method_config": {},
+         "task_config": SMALL_TASK_CONFIGS["tiny_text"]}
+    path, line = _record_crash(r, "WorkerCrashedError: the worker died")
+    rec = json.loads(open(path).read())
+    validate_record(rec)
+    assert rec["status"] == "failed" and "WorkerCrashedError" in rec["error"] and "FAILED" in line
