@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import sys
 import tempfile
@@ -51,6 +52,13 @@ def preset(dir_: Path, out: Path, seeds: list[int], rounds: int) -> str:
     return str(p)
 
 
+def busy(out: Path, wall: float) -> str:
+    """Run-seconds per wall second of a sweep (from its records): the runs in flight on
+    average, and the mean seconds of one run (a saturated machine shows as longer runs)."""
+    secs = [json.loads(p.read_text())["cost"]["seconds_total"] for p in out.rglob("*.json")]
+    return f"{sum(secs) / wall:.2f} runs in flight on average, {sum(secs) / max(1, len(secs)):.1f} s per run"
+
+
 def sweep(args: list[str]) -> float:
     from fedbench.runners.cli import main
 
@@ -77,15 +85,15 @@ def main() -> None:
     seeds = [0, 1, 2, 3]  # x 2 methods = 8 runs
 
     t_seq = sweep(["sweep", preset(tmp, tmp / "seq", seeds, a.rounds), "--no-progress"])
-    print(f"sweep, 8 runs in this process (no Ray):  {t_seq:7.1f} s")
+    print(f"sweep, 8 runs in this process (no Ray):  {t_seq:7.1f} s  ({busy(tmp / 'seq', t_seq)})")
     t0 = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     sweep(["sweep", preset(tmp, tmp / "warm", [100], 1), "--no-progress", "--workers", "2"])  # 2 warm workers
     print(f"ray start + warm-up of 2 workers:        {time.perf_counter() - t0:7.1f} s")
     t1 = sweep(["sweep", preset(tmp, tmp / "w1", seeds, a.rounds), "--no-progress", "--workers", "1"])
-    print(f"sweep, 8 runs, --workers 1:               {t1:7.1f} s")
+    print(f"sweep, 8 runs, --workers 1:               {t1:7.1f} s  ({busy(tmp / 'w1', t1)})")
     t2 = sweep(["sweep", preset(tmp, tmp / "w2", seeds, a.rounds), "--no-progress", "--workers", "2"])
-    print(f"sweep, 8 runs, --workers 2:               {t2:7.1f} s")
+    print(f"sweep, 8 runs, --workers 2:               {t2:7.1f} s  ({busy(tmp / 'w2', t2)})")
     print(f"speed-up --workers 2 vs --workers 1:      {t1 / t2:7.2f}x  (vs in-process: {t_seq / t2:.2f}x)")
 
     recs = {}
