@@ -52,7 +52,8 @@ class Registry(Generic[T]):
             self._aliases[a] = key
 
     def remove(self, key: str) -> None:
-        """Take ``key`` (and its aliases) out of the registry (tests register temporary entries)."""
+        """Unregister ``key`` and its aliases (tests that register a method of their own)."""
+        key = self.resolve(key)
         entry = self._entries.pop(key)
         for a in entry.aliases:
             self._aliases.pop(a, None)

@@ -45,6 +45,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="auto (CUDA if present), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, help="torch threads of the run (default: 1 for tiny tasks, else the "
                    "cores given to the process)")
+    p.add_argument("--runner", help="engine that runs the clients: local (default) or ray (needs the [ray] extra)")
+    p.add_argument("--workers", type=int, help="Ray actors running the clients (--runner ray)")
     p.add_argument("--eval-initial", action="store_true", default=None,
                    help="also evaluate the model before round 1 (the un-tuned baseline) into the record")
     p.add_argument("--data-dir", help="local data directory for the task (offline path)")
@@ -57,7 +59,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 RUN_FLAGS = ("setting", "roc", "capacities", "dynamic", "clients", "per_round", "rounds", "local_epochs",
-             "max_steps", "batch_size", "optimizer", "lr", "seed", "device", "threads", "eval_initial", "out")
+             "max_steps", "batch_size", "optimizer", "lr", "seed", "device", "threads", "eval_initial", "out", "runner",
+             "workers")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", help="records directory (overrides the preset)")
     sw.add_argument("--dry-run", action="store_true", help="list the runs and whether they are done")
     sw.add_argument("--no-progress", action="store_true")
+    sw.add_argument("--workers", type=int, help="run up to N runs at once as Ray tasks on a local Ray instance "
+                    "(needs the [ray] extra; default: one after another in this process)")
+    sw.add_argument("--address", help="join the Ray cluster at ADDR (e.g. 10.0.0.1:6379, or auto) instead of "
+                    "starting a local instance")
+    sw.add_argument("--cpus-per-run", type=float, help="CPU cores each run asks Ray for, and its torch threads "
+                    "(default 1)")
+    sw.add_argument("--gpus-per-run", type=float, help="GPUs each run asks Ray for; fractions share a GPU "
+                    "(default: 1 where the machine or cluster has GPUs, else 0)")
     lb = sub.add_parser("leaderboard", help="write <out>/<task>.md leaderboards from result records "
                         "(committed tables: --records leaderboard/records --out leaderboard)")
     lb.add_argument("--records", default="results", help="records directory (default: results)")
@@ -295,6 +306,11 @@ def cmd_sweep(args) -> int:
     for out in dict.fromkeys(r["out_dir"] for r in runs):
         records.prepare_out_dir(out, create=not args.dry_run)
     warn = lambda line: print(f"fedbench: warning: {line}", file=sys.stderr)  # noqa: E731
+    parallel = args.workers is not None or args.address is not None
+    if parallel and not args.dry_run:
+        from fedbench.runners.ray_sweep import run_sweep
+
+        return run_sweep(runs, sweep.run_labels(runs), args, warn)
     done = failed = 0
     for i, (r, name) in enumerate(zip(runs, sweep.run_labels(runs)), 1):
         label = f"[{i}/{len(runs)}] {name}"

@@ -56,7 +56,9 @@ class RunConfig:
                                          "killed run resumes when run again; 0 = never")
     keep_checkpoints: bool = cfg_field(False, "keep the checkpoint after the run ends ok")
     out: str = cfg_field("results", "directory of result records")
-    runner: str = cfg_field("local", "engine that runs the clients: local (one process)")
+    runner: str = cfg_field("local", "engine that runs the clients: local (one process), ray (a pool of --workers "
+                                     "Ray actors; pip install 'fedbench-peft[ray]')")
+    workers: int = cfg_field(1, "client workers of the ray runner (Ray actors, each with its own model pool)")
 
     def __post_init__(self) -> None:
         for name in ("clients", "per_round", "max_steps", "batch_size"):
@@ -83,6 +85,7 @@ class RunConfig:
               "must be one or more LoRA ranks >= 1, e.g. 1,4,16")
         check(self, "device", bool(self.device.strip()), "must be auto, cpu, cuda or cuda:N")
         check(self, "out", bool(self.out.strip()), "must be a directory path")
+        check(self, "workers", self.workers >= 1, "must be an integer >= 1")
         check(self, "threads", self.threads is None or self.threads >= 1, "must be an integer >= 1 (or none)")
         check(self, "divergence_factor", self.divergence_factor >= 0, "must be a number >= 0 (0 = never)")
         check(self, "checkpoint_every", self.checkpoint_every >= 0, "must be an integer >= 0 (0 = never)")

@@ -32,6 +32,7 @@ from fedbench.runners import checkpoint, records
 from fedbench.runners.callbacks import Callback, Diverged, DivergenceGuard, History
 from fedbench.runners.config import RunConfig
 from fedbench.runners.engine import ENGINES
+from fedbench.runners import ray_engine  # noqa: F401 - registers the "ray" engine (imports ray only when used)
 from fedbench.runners.environment import env_info, git_info, resolve_device, resolve_threads, run_identity
 from fedbench.runners.seeds import rng_for
 from fedbench.runners.server import ServerTools

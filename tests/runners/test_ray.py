@@ -1,0 +1,144 @@
+"""The ray engine gives the local engine's record; parallel sweeps land, skip and survive failures.
+
+Skipped where Ray is not installed (``pip install 'fedbench-peft[ray]'``). One local Ray
+instance (2 CPUs, no dashboard) serves the whole module.
+"""
+
+import json
+import sys
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fedbench.methods import METHODS  # noqa: E402
+from fedbench.methods.base import ClientPlan, LocalPhase, Method  # noqa: E402
+from fedbench.runners.cli import main  # noqa: E402
+from fedbench.runners.experiment import Experiment  # noqa: E402
+
+from smoke import SMALL_TASK_CONFIGS  # noqa: E402
+
+RUN = dict(rounds=2, clients=4, per_round=4)
+TIME_KEYS = {"seconds_per_round", "seconds_total", "seconds_per_client_step", "client_seconds_total",
+             "round_seconds_total", "eval_seconds_total", "eval_seconds_per_round", "server_seconds",
+             "meter_measurements", "meter_reused"}
+
+
+class PrivateHeadAvg(Method):
+    """Test-only: FedAvg of the LoRA, each client keeps its own head (private state), local evaluation."""
+
+    evaluation = "local"
+
+    def plan(self, rnd, clients, state, rng):
+        return {p.client: ClientPlan(p.client, p.tier, tuple(range(self.ctx.n_layers))) for p in clients}
+
+    def client_payload(self, state, plan):
+        return {k: state.tensors[k] for k in self.ctx.keys_for_layers(range(self.ctx.n_layers), head=False)}
+
+    def private_keys(self, plan):
+        return list(self.ctx.head_keys)
+
+    def upload_keys(self, plan):
+        return self.ctx.keys_for_layers(plan.train_layers, head=False)
+
+    def local_phases(self, plan):
+        return (LocalPhase("train", tuple(self.upload_keys(plan) + self.private_keys(plan))),)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # the test-only method travels to the actors by value (its module is not importable there)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[PrivateHeadAvg.__module__])
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def private_head_method():
+    METHODS.add("test_private_head", PrivateHeadAvg)
+    yield "test_private_head"
+    METHODS.remove("test_private_head")
+
+
+def _run(tmp_path, method, runner):
+    exp = Experiment(method, "tiny_text", {**RUN, "out": str(tmp_path / runner), "runner": runner, "workers": 2},
+                     task_config=SMALL_TASK_CONFIGS["tiny_text"])
+    rec, path = exp.run()
+    assert rec["status"] == "ok", rec["error"]
+    return rec, exp
+
+
+def _same_record(a, b):
+    assert a["results"] == b["results"]
+    assert {k: v for k, v in a["cost"].items() if k not in TIME_KEYS} == \
+        {k: v for k, v in b["cost"].items() if k not in TIME_KEYS}
+    # every client-round was metered once in each engine, measured or reused
+    assert a["cost"]["meter_measurements"] + a["cost"]["meter_reused"] == \
+        b["cost"]["meter_measurements"] + b["cost"]["meter_reused"]
+    assert a["run"]["run_id"] == b["run"]["run_id"]
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fed_hello_gd_uniform"])
+def test_ray_engine_gives_the_local_record(tmp_path, method):
+    local, _ = _run(tmp_path, method, "local")
+    remote, _ = _run(tmp_path, method, "ray")
+    assert remote["run"]["runner"] == "ray"
+    _same_record(local, remote)
+
+
+def test_ray_engine_private_state_and_local_evaluation(tmp_path, private_head_method):
+    local, exp_l = _run(tmp_path, private_head_method, "local")
+    remote, exp_r = _run(tmp_path, private_head_method, "ray")
+    _same_record(local, remote)
+    assert len(exp_l.per_client) == 4 and exp_l.per_client == exp_r.per_client  # every client's own model
+    assert ray.is_initialized()  # an engine that joined a running instance leaves it up
+
+
+def _preset(tmp_path, body: str) -> str:
+    task_cfg = ", ".join(f"{k}: {v}" for k, v in SMALL_TASK_CONFIGS["tiny_text"].items())
+    p = tmp_path / "p.yaml"
+    p.write_text(f"task: tiny_text\n{body}\nrun: {{rounds: 1, clients: 2}}\ntask_config: {{{task_cfg}}}\n"
+                 f"out: {tmp_path / 'res'}\n")
+    return str(p)
+
+
+def test_parallel_sweep_lands_records_and_skips_them(tmp_path, capsys):
+    preset = _preset(tmp_path, "methods: [fedavg, fedra]\nseeds: [0, 1]")
+    assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 0
+    assert "4 runs, 0 already done, 0 failed" in capsys.readouterr().out
+    recs = [json.loads(p.read_text()) for p in (tmp_path / "res").rglob("*.json")]
+    assert len(recs) == 4 and {r["status"] for r in recs} == {"ok"}
+    assert {r["env"]["threads"] for r in recs} == {1}
+    assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 0
+    assert "4 runs, 4 already done, 0 failed" in capsys.readouterr().out
+    assert ray.is_initialized()  # a sweep that joined a running instance leaves it up
+
+
+def test_parallel_sweep_records_a_failed_run_and_goes_on(tmp_path, capsys):
+    # lr 1e12 sends the loss to inf/NaN in round 1: that run ends `failed`, the other is fine
+    preset = _preset(tmp_path, "methods: [fedavg]\nresources: [{lr: 1.0e+12}, {}]")
+    assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 1
+    assert "2 runs, 0 already done, 1 failed" in capsys.readouterr().out
+    statuses = sorted(json.loads(p.read_text())["status"] for p in (tmp_path / "res").rglob("*.json"))
+    assert statuses == ["failed", "ok"]
+
+
+def test_without_ray_one_line_with_the_install_hint(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
+    preset = _preset(tmp_path, "methods: [fedavg]")
+    assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 2
+    assert "pip install 'fedbench-peft[ray]'" in capsys.readouterr().err
+    assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))
+
+
+def test_a_run_whose_worker_died_is_recorded_failed(tmp_path):
+    from fedbench.runners.ray_sweep import _record_crash
+    from fedbench.runners.records import validate_record
+
+    r = {"method": "fedavg", "task": "tiny_text", "run": {**RUN, "out": str(tmp_path)}, "method_config": {},
+         "task_config": SMALL_TASK_CONFIGS["tiny_text"]}
+    path, line = _record_crash(r, "WorkerCrashedError: the worker died")
+    rec = json.loads(open(path).read())
+    validate_record(rec)
+    assert rec["status"] == "failed" and "WorkerCrashedError" in rec["error"] and "FAILED" in line
