@@ -43,7 +43,8 @@ from fedbench.runners.train import NonFiniteLoss, TrainSettings
 from fedbench.runners.worker import ClientWorker, EvalJob, ModelPool, WorkerSpec, evaluate_model
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import EvalResult, Task, TaskData
-from fedbench.tasks.partition import n_clients_for, parse_setting, partition, split_local
+from fedbench.tasks.local_split import split_local
+from fedbench.tasks.partition import n_clients_for, parse_setting, partition
 
 log = logging.getLogger(__name__)
 

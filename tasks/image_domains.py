@@ -36,7 +36,8 @@ from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData
-from fedbench.tasks.models import check_arch, enable_gradient_checkpointing, on_cuda_only, timm_layout, timm_model, vision_defaults
+from fedbench.tasks.models import check_arch, enable_gradient_checkpointing, on_cuda_only
+from fedbench.tasks.vision_models import timm_layout, timm_model, vision_defaults
 from fedbench.tasks.partition import check_disjoint
 
 log = logging.getLogger(__name__)

@@ -58,21 +58,17 @@ from fedbench.tasks.models import (
     TINY_LM,
     block_count,
     check_arch,
-    check_rows,
     check_targets,
     enable_gradient_checkpointing,
     family_layout,
-    hub_splits,
-    json_type,
     load_hf_model,
     load_tokenizer,
     on_cuda_only,
-    read_local_splits,
-    read_records,
     resolve_hf,
     tiny_lm,
     word_tokenizer,
 )
+from fedbench.tasks.record_files import check_rows, hub_splits, json_type, read_local_splits, read_records
 from fedbench.tasks.partition import check_disjoint
 from fedbench.tasks.tiny import rouge_l
 

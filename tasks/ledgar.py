@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,24 +49,18 @@ from fedbench.tasks.models import (
     TINY_ENCODER,
     EncoderClassifier,
     check_arch,
-    check_rows,
     check_targets,
     enable_gradient_checkpointing,
     encoder_pooling,
     family_layout,
-    field_problem,
-    hub_splits,
-    json_type,
     load_hf_model,
     load_tokenizer,
     on_cuda_only,
-    read_json,
-    read_local_splits,
-    read_utf8,
     resolve_hf,
     tiny_encoder,
     word_tokenizer,
 )
+from fedbench.tasks.record_files import check_rows, field_problem, hub_splits, json_type, read_json, read_local_splits, read_utf8
 from fedbench.tasks.partition import check_disjoint
 
 log = logging.getLogger(__name__)

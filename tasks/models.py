@@ -1,4 +1,5 @@
-"""Model and data-source resolution shared by the real tasks: timm names, HF ids, local
+"""Model and data-source resolution shared by the real tasks (vision backbones in
+:mod:`fedbench.tasks.vision_models`, record files in :mod:`fedbench.tasks.record_files`): timm names, HF ids, local
 paths, offline aliases and tiny random-init models (each with its layer map and LoRA
 target profiles), and record files (JSONL / JSON / parquet / ``save_to_disk``) or HF
 datasets for the text tasks.
@@ -45,7 +46,7 @@ import logging
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
 from torch import nn
@@ -252,117 +253,11 @@ def on_cuda_only(flag: bool, what: str) -> bool:
     return flag
 
 
-# --------------------------------------------------------------------------------- vision
-VIT_TARGETS = {"fedra": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}
-MIXER_TARGETS = {"fedra": ["mlp_tokens.fc2", "mlp_channels.fc2"], "qv": ["mlp_tokens.fc2", "mlp_channels.fc2"]}
-
-
-def vision_defaults(name: str) -> tuple[int, tuple[float, ...], tuple[float, ...]]:
-    """(native image side, normalisation mean, std) for a model name, without loading it.
-
-    timm's pretrained config holds them (the in21k ViT and Mixer use mean = std = 0.5);
-    tiny test models and unknown names fall back to 32 px / 224 px and ImageNet statistics.
-    """
-    if name in TINY_VISION:
-        return 32, IMAGENET_MEAN, IMAGENET_STD
-    import timm
-
-    cfg = None
-    with contextlib.suppress(Exception):
-        cfg = timm.models.get_pretrained_cfg(name.split(":", 1)[-1])
-    p = Path(name.split(":", 1)[-1]).expanduser()
-    if cfg is None and (p / "config.json").exists():
-        pc = json.loads((p / "config.json").read_text()).get("pretrained_cfg", {})
-        size = pc.get("input_size", [3, 224, 224])[-1]
-        return int(size), tuple(pc.get("mean", IMAGENET_MEAN)), tuple(pc.get("std", IMAGENET_STD))
-    if cfg is None:
-        return 224, IMAGENET_MEAN, IMAGENET_STD
-    return int(cfg.input_size[-1]), tuple(cfg.mean), tuple(cfg.std)
-
-
-def tiny_vision_model(name: str, n_classes: int, img_size: int) -> nn.Module:
-    """12-block random-init timm ViT / Mixer, width 48, 8x8 patches grid at any image side."""
-    import timm.models.mlp_mixer as mixer
-    import timm.models.vision_transformer as vit
-
-    patch = max(1, img_size // 8)
-    with fixed_init(0):  # the "pretrained" backbone: the same in every run
-        if name == "vit_tiny_test":
-            model = vit.VisionTransformer(img_size=img_size, patch_size=patch, num_classes=0, embed_dim=48,
-                                          depth=12, num_heads=3, mlp_ratio=2.0, global_pool="avg")
-        else:
-            model = mixer.MlpMixer(num_classes=0, img_size=img_size, patch_size=patch, num_blocks=12, embed_dim=48)
-    model.reset_classifier(n_classes)  # a fresh head from the run's (global, seeded) RNG
-    nn.init.trunc_normal_(model.head.weight, std=0.02)
-    nn.init.zeros_(model.head.bias)
-    return model
-
-
 def check_arch(arch: str | None, task: str) -> None:
     """Tasks whose architecture is chosen by ``--model`` accept only the default ``arch``."""
     if arch not in (None, "default"):
         raise UserError(f"{task}: arch {arch!r} is not available (this task has only the default architecture; "
                         f"choose the model with --model)")
-
-
-def timm_model(name: str, n_classes: int, img_size: int) -> nn.Module:
-    """A pretrained timm model with a fresh ``n_classes`` head (download or HF cache)."""
-    import timm
-
-    if name in TINY_VISION:
-        return tiny_vision_model(name, n_classes, img_size)
-    p = Path(name).expanduser()
-    kw = {"num_classes": n_classes}
-    native, _, _ = vision_defaults(name)
-    if img_size != native:
-        kw["img_size"] = img_size  # timm resamples the position embedding
-    if p.is_dir():
-        return timm.create_model(f"local-dir:{p}", pretrained=True, **kw)
-    try:
-        cfg = timm.models.get_pretrained_cfg(name)
-    except Exception:  # noqa: BLE001
-        cfg = None
-    if not timm.is_model(name.split(".")[0]) and not name.startswith("hf-hub:"):
-        raise UserError(f"--model {name}: not a timm model name, alias or local folder "
-                        f"(e.g. vit_base_patch16_224.augreg_in21k, mixer_b16_224.goog_in21k, vit_tiny_test)")
-    if hub_reachable():
-        try:
-            return timm.create_model(name, pretrained=True, **kw)
-        except OSError as e:
-            raise UserError(f"cannot download --model {name}: {str(e).splitlines()[0]}") from None
-    weights = _cached_timm_weights(cfg)
-    if weights is None:
-        hub = getattr(cfg, "hf_hub_id", None) or name
-        raise UserError(f"timm model {name!r} is not in the local HF cache and the hub cannot be reached: run "
-                        f"`huggingface-cli download {hub}` on a machine with network and pass --model <that folder>, "
-                        f"or use --model vit_tiny_test for a random-init test model")
-    return timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": weights}, **kw)
-
-
-def _cached_timm_weights(cfg) -> str | None:
-    from huggingface_hub import try_to_load_from_cache
-
-    hub = getattr(cfg, "hf_hub_id", None)
-    if not hub:
-        return None
-    for fname in ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"):
-        path = try_to_load_from_cache(hub, fname)
-        if isinstance(path, str):
-            return path
-    return None
-
-
-def timm_layout(model: nn.Module) -> tuple[str, dict[str, list[str]]]:
-    """(blocks path, target profiles) of a timm ViT or MLP-Mixer."""
-    import timm.models.mlp_mixer as mixer
-    import timm.models.vision_transformer as vit
-
-    if isinstance(model, vit.VisionTransformer):
-        return "blocks", VIT_TARGETS
-    if isinstance(model, mixer.MlpMixer):
-        return "blocks", MIXER_TARGETS
-    raise UserError(f"model class {type(model).__name__} has no layer map here (supported: timm VisionTransformer "
-                    f"and MlpMixer families)")
 
 
 # ------------------------------------------------------------------------ text encoders
@@ -469,164 +364,3 @@ def check_targets(model: nn.Module, blocks_path: str, targets: dict[str, Sequenc
         missing = [s for s in sfx if s not in names]
         if missing:
             raise UserError(f"LoRA profile {profile!r}: block 0 of this model has no module {missing[0]!r}")
-
-
-# ------------------------------------------------------------------------ record files
-RECORD_EXTS = (".jsonl", ".json", ".parquet")
-SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev", "val"), "test": ("test",)}
-
-
-def _datasets_module():
-    try:
-        import datasets
-    except ImportError:
-        raise UserError(f"this data source needs the `datasets` package: {DATA_EXTRA}") from None
-    return datasets
-
-
-RowCheck = Callable[[dict], "str | None"]  # a row -> what is wrong with it, or None
-
-
-def json_type(value: Any) -> str:
-    """The JSON name of a decoded value's type, for messages."""
-    names = {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer", float: "number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
-
-
-def read_utf8(path: Path) -> str:
-    """A file's text; a non-UTF-8 byte or an empty file is a :class:`UserError` naming it."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise UserError(f"{path} line {line}: not UTF-8 text (byte offset {e.start}: "
-                        f"{data[e.start:e.start + 1]!r})") from None
-    if not text.strip():
-        raise UserError(f"{path} is empty")
-    return text
-
-
-def read_json(path: Path) -> Any:
-    """A whole JSON file; malformed JSON is a :class:`UserError` naming file, line and column."""
-    try:
-        return json.loads(read_utf8(path))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path} line {e.lineno} column {e.colno}: malformed JSON ({e.msg})") from None
-
-
-def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
-    rows = []
-    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a string
-        if line.strip():
-            try:
-                rows.append((n, json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path} line {n} column {e.colno}: malformed JSON ({e.msg})") from None
-    return rows
-
-
-def _numbered_rows(path: Path) -> tuple[str, list[tuple[int, Any]]]:
-    """("line" | "row", [(number, decoded row)]) of a record file."""
-    if path.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise UserError(f"reading {path.name} needs pyarrow: {DATA_EXTRA}") from None
-        try:
-            table = pq.read_table(path)
-        except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
-            raise UserError(f"{path}: not a readable parquet file ({str(e).splitlines()[0]})") from None
-        return "row", list(enumerate(table.to_pylist(), 1))
-    text = read_utf8(path)
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        rows = read_json(path)
-        return "item", list(enumerate(rows, 1))
-    return "line", _jsonl_rows(path, text)
-
-
-def read_records(path: Path, check: RowCheck | None = None) -> list[dict]:
-    """Rows of a JSONL file, a JSON list, or a parquet file.
-
-    Every row must be a JSON object and pass ``check``; the first that does not, a
-    malformed line, a non-UTF-8 byte or an empty file raise a one-line
-    :class:`UserError` naming the file (and line).
-    """
-    unit, numbered = _numbered_rows(path)
-    if not numbered:
-        raise UserError(f"{path} is empty")
-    return check_rows(numbered, check, str(path), unit)
-
-
-def check_rows(numbered: Iterable[tuple[int, Any]], check: RowCheck | None, source: str, unit: str = "row") -> list[dict]:
-    """The rows, after checking that each is an object that passes ``check``; else a
-    :class:`UserError` "<source> <unit> <n>: <problem>"."""
-    rows = []
-    for n, row in numbered:
-        if not isinstance(row, dict):
-            raise UserError(f"{source} {unit} {n}: expected a JSON object, got {json_type(row)}")
-        problem = check(row) if check is not None else None
-        if problem:
-            raise UserError(f"{source} {unit} {n}: {problem}")
-        rows.append(row)
-    return rows
-
-
-def field_problem(row: dict, name: str, kinds: tuple[type, ...], kind_name: str) -> str | None:
-    """What is wrong with ``row[name]`` if it is missing or not of ``kinds`` (bool is no int)."""
-    if name not in row or row[name] is None:
-        return f"missing field {name!r}"
-    value = row[name]
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        return f"field {name!r} must be {kind_name}, got {json_type(value)} {str(value)[:40]!r}"
-    return None
-
-
-def split_file(root: Path, split: str) -> Path | None:
-    for stem in SPLIT_NAMES[split]:
-        for ext in RECORD_EXTS:
-            if (root / f"{stem}{ext}").is_file():
-                return root / f"{stem}{ext}"
-    return None
-
-
-def read_local_splits(root: Path, check: RowCheck | None = None) -> dict[str, list[dict]]:
-    """{split: rows} from a folder of split files or a ``save_to_disk`` DatasetDict.
-
-    A folder holding a single record file (e.g. ``databricks-dolly-15k.jsonl``) gives
-    ``{"all": rows}``; an empty answer means nothing readable was found.
-    """
-    if (root / "dataset_dict.json").exists():
-        dd = _datasets_module().load_from_disk(str(root))
-        return {name: check_rows(enumerate(dd[name], 1), check, f"{root / name}") for name in dd}
-    out = {s: read_records(p, check) for s in SPLIT_NAMES if (p := split_file(root, s)) is not None}
-    if out:
-        return out
-    files = sorted(p for p in root.iterdir() if p.is_file() and p.suffix in RECORD_EXTS)
-    files = [p for p in files if not p.name.startswith(("label", "class"))]
-    if len(files) == 1:
-        return {"all": read_records(files[0], check)}
-    return {}
-
-
-def hub_splits(hf_id: str, config: str | None = None) -> tuple[dict[str, list[dict]], list[str]] | None:
-    """({split: rows}, label names) of an HF dataset (download, or the HF cache when the hub
-    cannot be reached); None if unavailable. Label names come from a ``label`` ClassLabel."""
-    ds = _datasets_module()
-    if hub_reachable():
-        try:
-            dd = ds.load_dataset(hf_id, config)
-        except (OSError, ConnectionError) as e:
-            log.warning("could not download %s: %s", hf_id, str(e).splitlines()[0])
-            return None
-    else:
-        local = cached_snapshot(hf_id, "dataset")
-        if local is None:
-            return None
-        dd = ds.load_dataset(local, config)
-    first = dd[next(iter(dd))]
-    names = list(getattr(first.features.get("label"), "names", None) or [])
-    return {name: list(dd[name]) for name in dd}, names

@@ -6,7 +6,8 @@ import torch
 
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState
-from fedbench.methods.rank_hetero import FLoRA, RankConfig, base_key, stack_lora
+from fedbench.methods.flora import FLoRA
+from fedbench.methods.rank_hetero import RankConfig, base_key, stack_lora
 from fedbench.runners.adapters import tensor_bytes
 from fedbench.runners.train import adapter_for
 

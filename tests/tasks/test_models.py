@@ -7,6 +7,8 @@ import torch
 
 from fedbench.errors import UserError
 from fedbench.tasks import models as M
+from fedbench.tasks import vision_models as V
+from fedbench.tasks import record_files as R
 
 
 def test_tests_run_offline():
@@ -44,16 +46,16 @@ def test_smollm2_alias_points_at_the_packaged_gguf():
 
 def test_pretrained_timm_offline_is_a_user_error():
     with pytest.raises(UserError) as e:
-        M.timm_model("vit_base_patch16_224.augreg_in21k", 7, 224)
+        V.timm_model("vit_base_patch16_224.augreg_in21k", 7, 224)
     assert "huggingface-cli download timm/vit_base_patch16_224.augreg_in21k" in str(e.value)
     with pytest.raises(UserError, match="not a timm model name"):
-        M.timm_model("resnet_imaginary_999", 7, 224)
+        V.timm_model("resnet_imaginary_999", 7, 224)
 
 
-@pytest.mark.parametrize("name,targets", [("vit_tiny_test", M.VIT_TARGETS), ("mixer_tiny_test", M.MIXER_TARGETS)])
+@pytest.mark.parametrize("name,targets", [("vit_tiny_test", V.VIT_TARGETS), ("mixer_tiny_test", V.MIXER_TARGETS)])
 def test_tiny_vision_models_have_twelve_blocks_and_fixed_weights(name, targets):
-    a, b = M.timm_model(name, 5, 24), M.timm_model(name, 5, 24)
-    blocks, got = M.timm_layout(a)
+    a, b = V.timm_model(name, 5, 24), V.timm_model(name, 5, 24)
+    blocks, got = V.timm_layout(a)
     assert got == targets and len(a.blocks) == 12
     M.check_targets(a, blocks, targets)
     assert torch.equal(a.blocks[3].mlp_channels.fc2.weight if name.startswith("mixer") else a.blocks[3].attn.qkv.weight,
@@ -106,10 +108,10 @@ def test_parquet_rows_are_checked_by_row(tmp_path):
 
     pq.write_table(pa.Table.from_pylist([{"text": "a", "label": 1}, {"text": None, "label": 2}]), tmp_path / "t.parquet")
     with pytest.raises(UserError, match=r"t\.parquet row 2: missing field 'text'"):
-        M.read_records(tmp_path / "t.parquet", lambda r: M.field_problem(r, "text", (str,), "a string"))
+        R.read_records(tmp_path / "t.parquet", lambda r: R.field_problem(r, "text", (str,), "a string"))
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 nonsense")
     with pytest.raises(UserError, match=r"bad\.parquet: not a readable parquet file"):
-        M.read_records(tmp_path / "bad.parquet")
+        R.read_records(tmp_path / "bad.parquet")
 
 
 def test_check_arch():
