@@ -1,5 +1,9 @@
 """Instruction tuning of causal LMs: Dolly-15k and Natural Instructions (Fed-HeLLo, Sec. IV-A).
 
+Why one file of ~450 lines: the two tasks differ only in field names and defaults (the
+last ~40 lines); everything else (reading, prompting, encoding, generation, scoring) is
+the one shared ``InstructionTask``.
+
 Fed-HeLLo fine-tunes OPT-1.3B on Dolly-15K and the Llama-like DataJuicer-1B on Natural
 Instructions with LoRA on query and value (rank 8, alpha 16, dropout 0.1), 50 clients,
 10 per round, batch 1, AdamW, 25 rounds; label skew is over instruction categories (Dolly's

@@ -21,7 +21,7 @@ from smoke import SMALL_TASK_CONFIGS  # noqa: E402
 RUN = dict(rounds=2, clients=4, per_round=4)
 TIME_KEYS = {"seconds_per_round", "seconds_total", "seconds_per_client_step", "client_seconds_total",
              "round_seconds_total", "eval_seconds_total", "eval_seconds_per_round", "server_seconds",
-             "meter_measurements", "meter_reused"}
+             "meter_measurements", "meter_reused", "rss_peak_gb"}  # process measurements: differ by process
 
 
 class PrivateHeadAvg(Method):
