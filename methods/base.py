@@ -142,6 +142,8 @@ class MethodContext:
     block_bytes: dict[int, int] = field(default_factory=dict)  # frozen base weights per block
     rounds: int = 0  # communication rounds of the run (for schedules such as DepthFL's w(t))
     extra_keys: list[str] = field(default_factory=list)  # tensors of ``Method.extra_modules``, set by the runner
+    n_classes: int | None = None  # classes of a classification task (None: not one)
+    data_info: dict[str, Any] = field(default_factory=dict)  # the task's ``TaskData.info`` (e.g. in_channels, img_size)
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]
@@ -178,6 +180,12 @@ class Method:
     #: "local" = every client's own model (private state + the global part) on its own
     #: local test split (``run.local_split``), averaged over clients (personalised FL)
     evaluation: ClassVar[Literal["global", "local"]] = "global"
+    #: architectures the task must offer (``Task.archs``) for this method to run on it; empty
+    #: = any task of a supported kind (e.g. the FedLoRA family needs the Table 1 CNNs)
+    needs_archs: ClassVar[tuple[str, ...]] = ()
+    #: False for a method that exchanges nothing with the server (local training only, a
+    #: lower reference): its payloads and uploads are empty by design
+    communicates: ClassVar[bool] = True
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config

@@ -162,10 +162,14 @@ class ClientWorker:
         private = job.private if job.private is not None else self.pool.fresh(job.arch, job.private_keys)
         tensors = {k: v for k, v in {**job.tensors, **private}.items() if am.has(k)}
         data = _subset(self.pool.data.train, job.indices) if test is None else test
-        with am.base_overlay(tensors):
+        m, task = self.method, self.pool.task
+        with am.base_overlay(tensors), am.capture(m.hidden_blocks(None)) as hidden:
             am.load(tensors)
             am.model.eval()
-            return self.pool.task.evaluate(am.model, data, am.device, domains, domain_names)
+            if task.kind != "classification":
+                return task.evaluate(am.model, data, am.device, domains, domain_names)
+            return task.evaluate(am.model, data, am.device, domains, domain_names,
+                                 logits_fn=lambda model, batch: m.eval_logits(task, model, batch, hidden))
 
 
 def _subset(dataset, idx: np.ndarray):
