@@ -5,3 +5,9 @@ SMALL_TASK_CONFIGS = {
     "tiny_text": {"n_train": 160, "n_test": 48},
     "tiny_lm": {"n_train": 96, "n_test": 24},
 }
+
+#: task-config variants a tiny task offers for methods that need particular
+#: architectures (``Method.needs_archs``), merged over SMALL_TASK_CONFIGS
+ARCH_TASK_CONFIGS = {
+    "tiny_vision": [{"model": "cnn"}],
+}
