@@ -145,6 +145,8 @@ class MethodContext:
     #: ``init_head(module, template)``: initialise a new classifier shaped like the task's head
     #: ``template`` as the task initialises its head (``Task.init_head``); None = ``tasks.base.init_like``
     init_head: Callable[[torch.nn.Module, torch.nn.Module], None] | None = None
+    n_classes: int | None = None  # classes of a classification task (None: not one)
+    data_info: dict[str, Any] = field(default_factory=dict)  # the task's ``TaskData.info`` (e.g. in_channels, img_size)
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]
@@ -184,6 +186,12 @@ class Method:
     #: the method trains only clients whose budget covers every layer (``exclusive``): the
     #: default ``check_tiers`` refuses a federation that has none
     requires_full_tier: ClassVar[bool] = False
+    #: architectures the task must offer (``Task.archs``) for this method to run on it; empty
+    #: = any task of a supported kind (e.g. the FedLoRA family needs the Table 1 CNNs)
+    needs_archs: ClassVar[tuple[str, ...]] = ()
+    #: False for a method that exchanges nothing with the server (local training only, a
+    #: lower reference): its payloads and uploads are empty by design
+    communicates: ClassVar[bool] = True
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config

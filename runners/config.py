@@ -42,6 +42,9 @@ class RunConfig:
     eval_every: int = cfg_field(1, "evaluate the global model every this many rounds (and at the end)")
     eval_initial: bool = cfg_field(False, "also evaluate the model before round 1 (pretrained backbone, fresh "
                                           "adapters and head) into results.initial")
+    target_metric: float | None = cfg_field(
+        None, "target of the evaluated metric (e.g. 0.8 top-1): the record gives the first round whose metric reaches "
+              "it and the parameters transmitted and FLOPs consumed until then (FedLoRA Sec. 6.1); None = no target")
     measure_flops: bool = cfg_field(True, "measure FLOPs/memory on the first step of every client-round")
     local_split: str | None = cfg_field(
         None, "split each client's data into local train:val:test, e.g. 8:1:1 (FedLoRA); None = no split, except "

@@ -37,7 +37,7 @@ from fedbench.runners.environment import env_info, git_info, resolve_device, res
 from fedbench.runners.seeds import rng_for
 from fedbench.runners.server import ServerTools
 from fedbench.runners.store import ClientStore
-from fedbench.runners.summary import cost_section, results_section
+from fedbench.runners.summary import cost_section, results_section, target_section
 from fedbench.runners.tiers import TierAssigner, tier_ranks_for
 from fedbench.runners.train import NonFiniteLoss, TrainSettings
 from fedbench.runners.worker import ClientWorker, EvalJob, ModelPool, WorkerSpec, evaluate_model
@@ -69,6 +69,10 @@ class Experiment:
         self.method_cfg = self.method_cls.resolve_config(mcfg, self.task.kind)
         if self.task.kind not in self.method_cls.task_kinds:
             raise UserError(f"method {self.method_key!r} does not support {self.task.kind} tasks like {self.task_key!r}")
+        missing = [a for a in self.method_cls.needs_archs if a not in self.task.archs()]
+        if missing:
+            raise UserError(f"method {self.method_key!r} needs the architectures {', '.join(missing)}, which task "
+                            f"{self.task_key!r} does not offer with this config (it has: {', '.join(self.task.archs())})")
         self.setting = parse_setting(self.run_cfg.setting)
         self.history = History()
         self.callbacks: list[Callback] = [self.history, DivergenceGuard(self.run_cfg.divergence_factor)]
@@ -142,6 +146,7 @@ class Experiment:
             profiles=self.tiers.static_profiles(self.sizes), lora_r=mc.lora_r, lora_alpha=mc.lora_alpha,
             task_kind=self.task.kind, server=self.server, block_bytes=self.am.block_bytes, rounds=r.rounds,
             init_head=self.task.init_head,
+            n_classes=self.data.n_classes, data_info=dict(self.data.info),
         )
         self.method = self.method_cls(self.method_cfg, self.ctx)
         self.method.check_tiers(self.tiers.reachable_profiles(self.sizes))
@@ -251,7 +256,12 @@ class Experiment:
         self.per_client = {j.client: r.value for j, r in zip(jobs, results)}
         vals = np.array(list(self.per_client.values()), dtype=np.float64)
         name = results[0].metric_name if results else self.task.metric_name
-        return EvalResult(name, float(vals.mean()), None, {"worst_client": float(vals.min())})
+        extra = {"worst_client": float(vals.min())}
+        for key in sorted({k for r in results for k in r.extra}):  # e.g. every named output of eval_logits
+            got = [r.extra[key] for r in results if key in r.extra and np.isfinite(r.extra[key])]
+            if got:
+                extra[key] = float(np.mean(got))  # mean over clients, like the headline
+        return EvalResult(name, float(vals.mean()), None, extra)
 
     # ------------------------------------------------------------------ record
     def record(self, status: str, error: str | None, seconds_total: float) -> dict:
@@ -286,6 +296,7 @@ class Experiment:
         rec["results"].update(results_section(
             logs, self.last_eval, self.initial_eval, self.task.metric_name if hasattr(self.task, "metric_name")
             else "top1", self.method_cls.evaluation, getattr(self, "per_client", None), archs))
+        rec["results"]["target"] = target_section(r.target_metric, logs, self.history.costs)
         meter = self.worker.meter if hasattr(self, "worker") else None
         server = getattr(self, "server", None)
         rec["cost"].update(cost_section(costs, logs, self.device.type, server.flops if server else 0.0,

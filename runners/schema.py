@@ -150,6 +150,10 @@ _SCHEMA = _Obj({
         "per_client": _Opt(_MapOf(NUM, nullable=True)),  # local evaluation: client -> score
         "local": _Opt(_Obj({"mean": NUM_N, "std": NUM_N, "min": NUM_N, "median": NUM_N,
                             "by_arch": _MapOf(NUM)}, nullable=True)),
+        # run.target_metric: the first evaluated round whose metric reaches it and the cost until then
+        # (null numbers when not reached); null when no target was set
+        "target": _Opt(_Obj({"metric": NUM, "reached": BOOL, "round": INT_N, "params_transmitted": NUM_N,
+                             "traffic_mb": NUM_N, "tflops": NUM_N}, nullable=True)),
     }),
     "cost": _Obj({
         "tflops_per_step": _Obj({

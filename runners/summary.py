@@ -133,3 +133,23 @@ def _rss(trained: Sequence[ClientCost], by_tier) -> dict | None:
         return {"mean": _mean(c.rss_peak_bytes / GB for c in cs), "max": max(c.rss_peak_bytes / GB for c in cs)}
 
     return {**mm(measured), "by_tier": by_tier(measured, mm)}
+
+
+def target_section(target: float | None, logs: Sequence[RoundLog], costs: Sequence[tuple[int, ClientCost]],
+                   bytes_per_param: int = 4) -> dict | None:
+    """FedLoRA Sec. 6.1's cost metrics: the first evaluated round whose metric reaches
+    ``target``, and the parameters transmitted (down + up, all clients; bytes /
+    ``bytes_per_param``: float32 tensors) and client training TFLOPs of rounds 1..that
+    round. None without a target; null numbers when the target was never reached."""
+    if target is None:
+        return None
+    hit = next((l.round for l in logs if l.metric is not None and math.isfinite(l.metric) and l.metric >= target),
+               None)
+    if hit is None:
+        return {"metric": float(target), "reached": False, "round": None, "params_transmitted": None,
+                "traffic_mb": None, "tflops": None}
+    upto = [c for r, c in costs if r <= hit]
+    nbytes = sum(c.down_bytes + c.up_bytes for c in upto)
+    return {"metric": float(target), "reached": True, "round": int(hit),
+            "params_transmitted": float(nbytes / bytes_per_param), "traffic_mb": nbytes / MB,
+            "tflops": sum(c.flops_total for c in upto) / 1e12}

@@ -27,6 +27,8 @@ PRESET_KEYS = {
     "run": "a mapping of run fields, e.g. {rounds: 5, clients: 6}",
     "task_config": "a mapping of task fields, e.g. {n_train: 600}",
     "method_config": "a mapping of method key (or `all`) to a mapping of method fields",
+    "method_variants": "a list of method-field mappings applied to every method, one more sweep axis, e.g. "
+                       "[{archs: cnn1}, {archs: hetero}]",
     "out": "a records directory",
 }
 
@@ -70,6 +72,7 @@ def check_preset(preset: dict) -> None:
     for key, item_ok in (("methods", lambda v: isinstance(v, str) and v.strip() != ""),
                          ("settings", lambda v: isinstance(v, str) and v.strip() != ""),
                          ("resources", lambda v: v is None or isinstance(v, dict)),
+                         ("method_variants", lambda v: v is None or isinstance(v, dict)),
                          ("seeds", lambda v: isinstance(v, int) and not isinstance(v, bool))):
         value = preset.get(key)
         if value is None and key != "methods":
@@ -93,25 +96,28 @@ def check_preset(preset: dict) -> None:
 
 
 def expand_sweep(preset: dict) -> list[dict]:
-    """A preset's runs: methods x settings x resources x seeds.
+    """A preset's runs: methods x method variants x settings x resources x seeds.
 
     Keys: ``task`` (required), ``methods`` (list), ``settings`` (list, default [iid]),
     ``resources`` (list of {roc: ...} / {capacities: ...} / {} ; default [{}]),
     ``seeds`` (list, default [0]), ``run`` / ``task_config`` (dicts), ``method_config``
-    (dict of method key -> dict; key ``all`` applies to every method), ``out``.
+    (dict of method key -> dict; key ``all`` applies to every method), ``method_variants``
+    (list of method-field dicts, each applied to every method over ``method_config``,
+    default [{}]), ``out``.
     """
     check_preset(preset)
     mcfg = preset.get("method_config") or {}
     runs = []
-    for method, setting, res, seed in itertools.product(
-        preset["methods"], preset.get("settings") or ["iid"], preset.get("resources") or [{}], preset.get("seeds") or [0]
+    for method, variant, setting, res, seed in itertools.product(
+        preset["methods"], preset.get("method_variants") or [{}], preset.get("settings") or ["iid"],
+        preset.get("resources") or [{}], preset.get("seeds") or [0]
     ):
         run = dict(preset.get("run") or {})
         run.update(res or {})
         run.update(setting=setting, seed=seed)
         if preset.get("out"):
             run.setdefault("out", preset["out"])
-        m = {**(mcfg.get("all") or {}), **(mcfg.get(method) or {})}
+        m = {**(mcfg.get("all") or {}), **(mcfg.get(method) or {}), **(variant or {})}
         runs.append({"method": method, "task": preset["task"], "run": run, "method_config": m,
                      "task_config": dict(preset.get("task_config") or {})})
     return runs
@@ -162,6 +168,8 @@ def _preset_key(preset: dict, r: dict, message: str) -> str | None:
         return "task_config"
     if section == "method":
         mcfg = preset.get("method_config") or {}
+        if any(name in (v or {}) for v in preset.get("method_variants") or []):
+            return "method_variants"
         return f"method_config.{r['method']}" if name in (mcfg.get(r["method"]) or {}) else "method_config.all"
     if name in ("seed", "setting"):
         return name + "s"

@@ -16,7 +16,15 @@ from fedbench.config import cfg_field
 from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData
 from fedbench.tasks.cnn import ARCHS, arch_index, cnn
 
-LORA_TARGETS = {"fc": ["linear"]}
+#: LoRA target profiles: ``fc`` (peft LoRA on FC1/FC2) and ``none`` (no peft LoRA: the
+#: FedLoRA family trains whole CNNs and brings its own adapter as an extra module)
+LORA_TARGETS = {"fc": ["linear"], "none": []}
+
+
+def cnn_bundle(arch: str | None, in_channels: int, n_classes: int, img_size: int) -> ModelBundle:
+    """The :class:`ModelBundle` of Table 1 CNN ``arch`` (None = cnn1): blocks = FC1, FC2; head = FC3."""
+    model = cnn(arch_index(arch), in_channels, n_classes, img_size)
+    return ModelBundle(model, "fc", {k: list(v) for k, v in LORA_TARGETS.items()}, ["head"], default_target="fc")
 
 
 @dataclass(frozen=True)
@@ -41,9 +49,7 @@ class CNNTask(ClassificationTask):
         return ARCHS
 
     def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
-        model = cnn(arch_index(arch or self.config.model), data.info["in_channels"], data.n_classes,
-                    data.info["img_size"])
-        return ModelBundle(model, "fc", dict(LORA_TARGETS), ["head"], default_target="fc")
+        return cnn_bundle(arch or self.config.model, data.info["in_channels"], data.n_classes, data.info["img_size"])
 
     def forward(self, model, batch):
         return model(batch["x"])  # (B, n_classes)

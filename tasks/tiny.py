@@ -1,7 +1,8 @@
 """Tiny built-in tasks: made-up data, tiny random-init models, CPU, seconds, no download.
 
 - ``tiny_vision``: class-structured images in six visual domains (like DomainNet/NICO++);
-  a 12-block tiny timm ViT (``model=vit``, default) or MLP-Mixer (``model=mixer``).
+  a 12-block tiny timm ViT (``model=vit``, default) or MLP-Mixer (``model=mixer``), or
+  FedLoRA's Table 1 CNNs (``model=cnn``: per-client architectures cnn1..cnn5).
 - ``tiny_text``: token-sequence classification (class keywords among filler tokens);
   a tiny 12-layer BERT built from a transformers config.
 - ``tiny_lm``: made-up instruction -> response pairs; a tiny 12-layer Llama-style causal
@@ -65,7 +66,8 @@ def _check_tiny(cfg: TaskConfig, task: str, model_names: tuple[str, ...], model_
 # ----------------------------------------------------------------------------- vision
 @dataclass(frozen=True)
 class TinyVisionConfig(TaskConfig):
-    model: str | None = cfg_field("vit", "'vit' (12-block tiny ViT) or 'mixer' (12-block tiny MLP-Mixer)")
+    model: str | None = cfg_field("vit", "'vit' (12-block tiny ViT), 'mixer' (12-block tiny MLP-Mixer) or 'cnn' "
+                                         "(FedLoRA Table 1 CNNs, architectures cnn1..cnn5, all trained whole)")
     n_classes: int = cfg_field(10, "number of classes")
     n_train_per_domain: int = cfg_field(240, "training images per domain")
     n_test_per_domain: int = cfg_field(60, "test images per domain")
@@ -76,13 +78,15 @@ class TinyVisionConfig(TaskConfig):
     data_seed: int = cfg_field(0, "seed of the made-up data (fixed across runs)")
 
     def __post_init__(self) -> None:
-        _check_tiny(self, "tiny_vision", ("vit", "mixer"), "")
+        _check_tiny(self, "tiny_vision", ("vit", "mixer", "cnn"), "")
         check(self, "n_classes", self.n_classes >= 2, "must be an integer >= 2")
         check(self, "img_size", self.img_size >= 8 and self.img_size % 8 == 0,
               "must be a positive multiple of 8 (8x8 patches)")
         check(self, "width", self.width >= 1 and (self.model != "vit" or self.width % 3 == 0),
               "must be a positive multiple of 3 (the ViT has 3 heads)" if self.model == "vit" else "must be >= 1")
         check(self, "noise", self.noise >= 0, "must be a number >= 0")
+        check(self, "img_size", self.model != "cnn" or self.img_size >= 16,
+              "must be >= 16 with model=cnn (two 5x5 convs and two 2x2 pools)")
 
 
 def make_tiny_images(cfg: TinyVisionConfig, n_per_domain: int, split_seed: int) -> tuple[np.ndarray, ...]:
@@ -127,8 +131,15 @@ class TinyVision(ClassificationTask):
             train=ArrayDataset({"x": torch.from_numpy(xtr), "y": torch.from_numpy(ytr)}),
             test=ArrayDataset({"x": torch.from_numpy(xte), "y": torch.from_numpy(yte)}),
             train_labels=ytr, n_classes=c.n_classes, train_domains=dtr, test_domains=dte,
-            domain_names=list(DOMAINS),
+            domain_names=list(DOMAINS), info={"in_channels": 3, "img_size": c.img_size},
         )
+
+    def archs(self) -> tuple[str, ...]:
+        if self.config.model == "cnn":
+            from fedbench.tasks.cnn import ARCHS
+
+            return ARCHS
+        return ("default",)
 
     def build_model(self, data: TaskData, arch: str | None = None) -> ModelBundle:
         """The backbone stands for fixed pretrained weights: drawn from ``data_seed``, the
@@ -138,6 +149,10 @@ class TinyVision(ClassificationTask):
 
         c = self.config
         check_arch(self, arch)
+        if c.model == "cnn":  # random init from the run's RNG: a CNN is trained whole, nothing stands for pretraining
+            from fedbench.tasks.cnn_task import cnn_bundle
+
+            return cnn_bundle(arch, 3, c.n_classes, c.img_size)
         if c.model == "vit":
             with fixed_init(c.data_seed):
                 model = vit.VisionTransformer(
@@ -156,7 +171,7 @@ class TinyVision(ClassificationTask):
             targets = {"fedra": ["mlp_tokens.fc2", "mlp_channels.fc2"]}
             targets["qv"] = targets["fedra"]
             return ModelBundle(model, "blocks", targets, ["head"], default_target="fedra")
-        raise UserError(f"tiny_vision: unknown model {c.model!r} (choose from: vit, mixer)")
+        raise UserError(f"tiny_vision: unknown model {c.model!r} (choose from: vit, mixer, cnn)")
 
     def init_head(self, module, template):
         """The ViT's head scheme (timm's ``init_weights_vit_timm``: trunc-normal std 0.02,
@@ -174,7 +189,10 @@ class TinyVision(ClassificationTask):
 
     def features(self, model, hidden, batch):
         """A block's output (B, T, D) through the model's own final norm and pooling
-        (timm's ``forward_head(..., pre_logits=True)``), as its head sees the last block."""
+        (timm's ``forward_head(..., pre_logits=True)``), as its head sees the last block;
+        a CNN block's (B, D) output as it is."""
+        if self.config.model == "cnn":
+            return hidden
         return model.forward_head(model.norm(hidden), pre_logits=True)
 
 

@@ -8,6 +8,12 @@ SMALL_TASK_CONFIGS = {
     "tiny_lm": {"n_train": 96, "n_test": 24},
 }
 
+#: task-config variants a tiny task offers for methods that need particular
+#: architectures (``Method.needs_archs``), merged over SMALL_TASK_CONFIGS
+ARCH_TASK_CONFIGS = {
+    "tiny_vision": [{"model": "cnn"}],
+}
+
 
 def shared_data(name: str) -> Path:
     """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
