@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-import numpy as np
 
 from fedbench.config import cfg_field
 from fedbench.methods import METHODS
