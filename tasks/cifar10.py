@@ -21,14 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
-from fedbench.tasks.cifar100 import UInt8Images
-from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig
+from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig, image_task_data
 from fedbench.tasks.image_sources import read_image_source
 
 log = logging.getLogger(__name__)
@@ -90,12 +88,4 @@ class Cifar10(CNNTask):
     def load(self) -> TaskData:
         splits, names = read_image_source("cifar10", self.config.data_dir, self.config.hf_id, read_batches_folder,
                                           "img", "label", "RGB", _missing)
-        (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
-        n_classes = max(int(max(ytr.max(), yte.max())) + 1, len(names))
-        log.info("cifar10: %d train / %d test images, %d classes", len(ytr), len(yte), n_classes)
-        return TaskData(
-            train=UInt8Images(torch.from_numpy(xtr), ytr, 32, MEAN, STD),
-            test=UInt8Images(torch.from_numpy(xte), yte, 32, MEAN, STD),
-            train_labels=ytr, n_classes=n_classes,
-            info={"class_names": names, "n_train": len(ytr), "n_test": len(yte), "in_channels": 3, "img_size": 32},
-        )
+        return image_task_data("cifar10", splits, names, MEAN, STD, in_channels=3)

@@ -13,13 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import torch
 
 from fedbench.config import cfg_field
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
-from fedbench.tasks.cifar100 import HF_ID, UInt8Images, read_source
-from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig
+from fedbench.tasks.cifar100 import HF_ID, read_source
+from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig, image_task_data
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +36,4 @@ class Cifar100CNN(CNNTask):
 
     def load(self) -> TaskData:
         splits, names = read_source(self.config.data_dir, self.config.hf_id)
-        (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
-        n_classes = max(int(max(ytr.max(), yte.max())) + 1, len(names))
-        log.info("cifar100_cnn: %d train / %d test images, %d classes", len(ytr), len(yte), n_classes)
-        return TaskData(
-            train=UInt8Images(torch.from_numpy(xtr), ytr, 32, MEAN, STD),
-            test=UInt8Images(torch.from_numpy(xte), yte, 32, MEAN, STD),
-            train_labels=ytr, n_classes=n_classes,
-            info={"class_names": names, "n_train": len(ytr), "n_test": len(yte), "in_channels": 3, "img_size": 32},
-        )
+        return image_task_data("cifar100_cnn", splits, names, MEAN, STD, in_channels=3)

@@ -10,7 +10,11 @@ LoRA profile ``fc`` targets their ``linear``. FC3 (``head``) is the classifier.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+
+import numpy as np
+import torch
 
 from fedbench.config import cfg_field
 from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData
@@ -53,3 +57,23 @@ class CNNTask(ClassificationTask):
 
     def forward(self, model, batch):
         return model(batch["x"])  # (B, n_classes)
+
+
+def image_task_data(task: str, splits: dict, names: list[str], mean, std, in_channels: int) -> TaskData:
+    """TaskData of a small image task from uint8 splits ``{"train": (x (N, C, S, S), y), "test": ...}``:
+    normalised with ``mean``/``std`` at the images' own side; ``info`` carries what the
+    CNNs need (``in_channels``, ``img_size``)."""
+    from fedbench.tasks.cifar100 import UInt8Images
+
+    (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
+    side = int(xtr.shape[-1])
+    n_classes = max(int(max(ytr.max(), yte.max())) + 1, len(names))
+    logging.getLogger(__name__).info("%s: %d train / %d test images, %d classes, %d px", task, len(ytr), len(yte),
+                                     n_classes, side)
+    return TaskData(
+        train=UInt8Images(torch.from_numpy(np.ascontiguousarray(xtr)), ytr, side, mean, std),
+        test=UInt8Images(torch.from_numpy(np.ascontiguousarray(xte)), yte, side, mean, std),
+        train_labels=ytr, n_classes=n_classes,
+        info={"class_names": names, "n_train": len(ytr), "n_test": len(yte), "in_channels": in_channels,
+              "img_size": side},
+    )

@@ -22,14 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
-from fedbench.tasks.cifar100 import UInt8Images
-from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig
+from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig, image_task_data
 from fedbench.tasks.image_sources import read_image_source
 
 log = logging.getLogger(__name__)
@@ -122,15 +120,5 @@ class FashionMnist(CNNTask):
                                           "image", "label", "L", _missing)
         (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
         if xtr.shape[-1] == 28:
-            xtr, xte = pad_to_32(xtr), pad_to_32(xte)
-        side = xtr.shape[-1]
-        n_classes = max(int(max(ytr.max(), yte.max())) + 1, len(names))
-        log.info("fashion_mnist: %d train / %d test images, %d classes, fed at %d px", len(ytr), len(yte),
-                 n_classes, side)
-        return TaskData(
-            train=UInt8Images(torch.from_numpy(xtr), ytr, side, MEAN, STD),
-            test=UInt8Images(torch.from_numpy(xte), yte, side, MEAN, STD),
-            train_labels=ytr, n_classes=n_classes,
-            info={"class_names": names or list(CLASS_NAMES), "n_train": len(ytr), "n_test": len(yte),
-                  "in_channels": 1, "img_size": side},
-        )
+            splits = {"train": (pad_to_32(xtr), ytr), "test": (pad_to_32(xte), yte)}
+        return image_task_data("fashion_mnist", splits, names or list(CLASS_NAMES), MEAN, STD, in_channels=1)
