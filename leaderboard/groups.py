@@ -200,3 +200,14 @@ def per_domain_cells(sec: Section, setting: str, scale: float = 1.0) -> tuple[li
     rows = sorted({sec.row_of(r) for r in recs})
     domains = sorted({d for r in recs for d in r["results"]["per_domain"]})
     return rows, domains, _per_seed(sec.task, sec.metric, pairs, f"setting {setting} domain")
+
+
+def worst_client_cells(sec: Section, scale: float = 1.0) -> tuple[list[RowKey], dict]:
+    """Rows and cells ((row, setting) -> {seed: value}) of the worst client's score
+    (``results.local.min``) of locally evaluated (personalised) runs."""
+    recs = [r for r in sec.records if (r["results"].get("local") or {}).get("min") is not None]
+    pairs: dict = defaultdict(list)
+    for r in recs:
+        pairs[(sec.row_of(r), r["run"]["setting"])].append((r["run"]["seed"], r["results"]["local"]["min"] * scale))
+    rows = sorted({sec.row_of(r) for r in recs})
+    return rows, _per_seed(sec.task, sec.metric, pairs, "worst client, setting")

@@ -3,7 +3,7 @@ the per-domain tables. Numbers come from :mod:`fedbench.leaderboard.table`."""
 
 from __future__ import annotations
 
-from fedbench.leaderboard.groups import Section, per_domain_cells
+from fedbench.leaderboard.groups import Section, per_domain_cells, worst_client_cells
 from fedbench.leaderboard.table import COSTS, QualityTable, pareto_rows, quality_table, row_costs
 
 __all__ = ["LOWER_IS_BETTER", "PERCENT_METRICS", "Fmt", "esc", "fmt_cost", "format_cell", "render_section"]
@@ -113,6 +113,14 @@ def render_section(sec: Section, level: int) -> tuple[list[str], dict]:
         lines += ["", f"{h} Per-domain ({esc(setting)})", ""]
         lines += table(["Method", "RoC"] + [esc(d) for d in domains] + ["Avg"], 2,
                        [name(rk) + r for rk, r in zip(rows, _quality_rows(dq, fmt))])
+
+    rows, cells = worst_client_cells(sec, fmt.scale)
+    if rows:
+        wq = quality_table(rows, sec.settings, cells, lower_better=fmt.lower_better, key=fmt.key)
+        tables.append(wq)
+        lines += ["", f"{h} Worst client (personalised methods: each client's own model on its local test split)", ""]
+        lines += table(["Method", "RoC"] + [esc(s) for s in sec.settings] + ["Avg"], 2,
+                       [name(rk) + r for rk, r in zip(rows, _quality_rows(wq, fmt))])
 
     facts = {
         "avg_missing": any(len(t.avgs) < len(t.rows) for t in tables),

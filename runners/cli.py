@@ -10,6 +10,7 @@ directory created and checked first.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -272,16 +273,27 @@ def _quiet_library_bars() -> None:
         pass
 
 
-def execute(method: str, task: str, run: dict, method_cfg: dict, task_cfg: dict, progress: bool) -> tuple[dict, Path]:
+def execute(method: str, task: str, run: dict, method_cfg: dict, task_cfg: dict, progress: bool,
+            data_cache: dict | None = None) -> tuple[dict, Path]:
+    """Run one experiment with a progress bar. ``data_cache`` (a sweep's) keeps the last
+    loaded task data, keyed by task and task config, so the next run of the same task in
+    this process does not load (read, tokenize) it again."""
     if not progress:
         _quiet_library_bars()  # before the libraries are imported: tqdm reads TQDM_DISABLE then
     from fedbench.runners.experiment import Experiment
 
+    key = json.dumps([task, task_cfg], sort_keys=True, default=str)
+    data = None if data_cache is None else data_cache.get(key)
     bar = _progress(f"{method}/{task}", progress)
     try:
-        return Experiment(method, task, run, method_cfg, task_cfg, callbacks=[bar]).run()
+        exp = Experiment(method, task, run, method_cfg, task_cfg, callbacks=[bar], data=data)
+        out = exp.run()
     finally:
         bar.close()
+    if data_cache is not None and exp.data is not None:
+        data_cache.clear()  # one task's data at a time
+        data_cache[key] = exp.data
+    return out
 
 
 def cmd_run(args) -> int:
@@ -312,6 +324,7 @@ def cmd_sweep(args) -> int:
 
         return run_sweep(runs, sweep.run_labels(runs), args, warn)
     done = failed = 0
+    data_cache: dict = {}
     for i, (r, name) in enumerate(zip(runs, sweep.run_labels(runs)), 1):
         label = f"[{i}/{len(runs)}] {name}"
         path = Experiment(r["method"], r["task"], r["run"], r["method_config"], r["task_config"]).record_path()
@@ -322,7 +335,8 @@ def cmd_sweep(args) -> int:
         if args.dry_run:
             print(f"{label}: to run")
             continue
-        rec, path = execute(r["method"], r["task"], r["run"], r["method_config"], r["task_config"], not args.no_progress)
+        rec, path = execute(r["method"], r["task"], r["run"], r["method_config"], r["task_config"],
+                            not args.no_progress, data_cache)
         print(f"{label}: {summary_line(rec, path)}")
         if rec["status"] == "cancelled":
             return 130

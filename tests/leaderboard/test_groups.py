@@ -87,3 +87,17 @@ def test_lower_is_better_dagger_sign():
     worse = [make("fedra", seed=s, final=f + 0.5, metric="loss") for s, f in enumerate((1.0, 1.1, 1.2))]
     rows = table_rows(render_task("t", best + worse))
     assert rows[("fedra", "6:3:1")]["iid"].endswith("† +0.5")
+
+
+def test_personalised_records_get_a_worst_client_table():
+    recs = []
+    for seed, (mean, worst) in enumerate([(0.8, 0.5), (0.82, 0.55)]):
+        r = make("fedlora", setting="2/-", seed=seed, final=mean)
+        r["results"]["local"] = {"mean": mean, "std": 0.1, "min": worst, "median": mean, "by_arch": {}}
+        recs.append(r)
+    recs.append(make("fedavg", setting="2/-", final=0.7))  # globally evaluated: not in that table
+    text = render_task("t", recs)
+    assert "Worst client" in text
+    worst = text[text.index("Worst client"):]
+    assert "fedlora" in worst and "fedavg" not in worst.split("\n\n")[1]
+    assert f"{(0.5 + 0.55) / 2 * 100:.2f}" in worst

@@ -36,3 +36,21 @@ def test_sweep_skips_finished_runs(tmp_path, capsys):
     assert len(list((tmp_path / "res").rglob("*.json"))) == 2
     assert main(["sweep", str(preset), "--no-progress"]) == 0
     assert "2 runs, 2 already done" in capsys.readouterr().out
+
+
+def test_a_sweep_loads_each_task_once(tmp_path, monkeypatch):
+    """Runs of the same task in one sweep process reuse its loaded data."""
+    import yaml
+
+    from fedbench.runners.cli import main
+    from fedbench.tasks.tiny import TinyText
+
+    calls = []
+    load = TinyText.load
+    monkeypatch.setattr(TinyText, "load", lambda self: calls.append(1) or load(self))
+    preset = tmp_path / "p.yaml"
+    preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedavg", "fed_hello_gd_uniform"],
+                                      "seeds": [0], "run": {"rounds": 1, "clients": 2, "per_round": 2},
+                                      "task_config": {"n_train": 80, "n_test": 40}, "out": str(tmp_path / "r")}))
+    assert main(["sweep", str(preset), "--no-progress"]) == 0
+    assert len(calls) == 1
