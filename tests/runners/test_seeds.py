@@ -17,7 +17,7 @@ def _strip_times(rec):
     rec["run"].pop("created_at")
     rec["run"]["run_config"] = {k: v for k, v in rec["run"]["run_config"].items() if k != "out"}
     for k in list(rec["cost"]):
-        if "seconds" in k:
+        if "seconds" in k or k == "rss_peak_gb":  # times and the process's measured RSS
             rec["cost"].pop(k)
     return rec
 
