@@ -40,10 +40,14 @@ def available_cores() -> int:
 
 
 def resolve_threads(threads: int | None, tiny: bool) -> int:
-    """``run.threads``, or 1 for the tiny tasks (their ops are too small to split), or the
-    cores given to this process."""
+    """``run.threads``; else ``OMP_NUM_THREADS`` when the environment sets it (a sweep that
+    shares the cores between processes); else 1 for the tiny tasks (their ops are too
+    small to split); else the cores given to this process."""
     if threads is not None:
         return threads
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) >= 1:
+        return int(env)
     return 1 if tiny else available_cores()
 
 

@@ -70,3 +70,13 @@ def test_runners_know_no_method_by_name():
         for key in keys:
             assert not re.search(rf"[\"']{re.escape(key)}[\"']", text), f"{path.name} names method {key!r}"
         assert "getattr(self.method" not in text and "getattr(m," not in text, path.name
+
+
+def test_threads_default(monkeypatch):
+    from fedbench.runners.environment import available_cores, resolve_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert resolve_threads(None, tiny=True) == 1 and resolve_threads(None, tiny=False) == available_cores()
+    assert resolve_threads(3, tiny=True) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert resolve_threads(None, tiny=False) == 2
