@@ -44,6 +44,8 @@ def fmt_cost(v: float | None, how: str) -> str:
         return DASH
     if how == "mem":  # GB in, MB below 1 GB
         return _no_neg_zero(f"{v * 1000:.4g} MB") if abs(v) < 1 else f"{v:.2f} GB"
+    if how == "fix2" and 0 < abs(v) < 0.01:  # a small upload (statistics) must not read as 0.00
+        return _no_neg_zero(f"{v:.2g}")
     return _no_neg_zero(f"{v:.4g}" if how == "sig4" else f"{v:.2f}")
 
 
