@@ -4,8 +4,9 @@ uninterrupted run would have written (bit-exact metrics on CPU).
 
 After every ``run.checkpoint_every`` rounds the :class:`Checkpointer` callback writes,
 atomically, next to the run's record (``<run_id>.ckpt``): the global method state, the
-clients' private state, the round log and client costs so far, the meter's measurements
-and the evaluation results. Nothing else needs saving: every random draw of a round comes
+round log and client costs so far, the meter's measurements and the evaluation results;
+the clients' private state is flushed to the ClientStore's folder beside it
+(``<run_id>.clients/``, kept until the run ends ``ok``). Nothing else needs saving: every random draw of a round comes
 from a stream derived from (seed, purpose, round, client) (``runners/seeds.py``), not from
 a generator that carries state across rounds. The checkpoint is removed when the run ends
 ``ok`` unless ``run.keep_checkpoints``.
@@ -22,7 +23,7 @@ import torch
 from fedbench.methods.base import MethodState
 from fedbench.runners.callbacks import Callback
 
-VERSION = 1
+VERSION = 2
 
 
 def checkpoint_path(record_path: Path) -> Path:
@@ -42,11 +43,12 @@ def save(path: Path, exp, rnd: int) -> None:
     blob: dict[str, Any] = {
         "version": VERSION, "run_id": exp.run_id(), "round": rnd,
         "state": {"tensors": exp.state.tensors, "extra": exp.state.extra},
-        "store": exp.store.state_dict(), "logs": exp.history.logs, "costs": exp.history.costs,
+        "store_clients": exp.store.clients(), "logs": exp.history.logs, "costs": exp.history.costs,
         "meter": exp.worker.meter, "last_eval": exp.last_eval, "initial_eval": exp.initial_eval,
         "per_client": getattr(exp, "per_client", None), "elapsed": exp.elapsed(),
         "server": (exp.server.flops, exp.server.seconds),
     }
+    exp.store.flush()  # the clients' private state: in the store's folder beside the record
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".ckpt.tmp")
     torch.save(blob, tmp)
@@ -57,13 +59,14 @@ def restore(path: Path, exp) -> int:
     """Load the checkpoint at ``path`` into ``exp`` (set up already); returns the round it
     finished, or 0 when there is none for this run."""
     if not path.exists():
+        exp.store.clear()  # a fresh start: no private state of an older attempt
         return 0
     blob = torch.load(path, map_location=exp.device, weights_only=False)
     if blob.get("version") != VERSION or blob.get("run_id") != exp.run_id():
+        exp.store.clear()
         return 0
     exp.state = MethodState(blob["state"]["tensors"], blob["state"]["extra"])
-    for client, tensors in blob["store"].items():
-        exp.store.put(client, tensors)
+    exp.store.adopt(blob["store_clients"])
     exp.history.logs[:] = blob["logs"]
     exp.history.costs[:] = blob["costs"]
     if exp.worker.meter is not None and blob["meter"] is not None:

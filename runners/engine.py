@@ -12,7 +12,7 @@ chosen with ``run.runner``. Engines know no method by name.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -35,10 +35,12 @@ class Engine:
         self.exp = exp
 
     # -- where clients run ---------------------------------------------------------------
-    def execute(self, jobs: Sequence[ClientJob]) -> list[ClientResult]:
+    def execute(self, jobs: Iterable[ClientJob]) -> Iterable[ClientResult]:
+        """Run ``jobs`` and give their results in job order (a generator may stream them)."""
         raise NotImplementedError
 
-    def evaluate_local(self, jobs: Sequence[EvalJob]) -> list[EvalResult]:
+    def evaluate_local(self, jobs: Iterable[EvalJob]) -> list[EvalResult]:
+        """Evaluate ``jobs`` (an iterator: one client's state at a time), results in order."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -58,25 +60,29 @@ class Engine:
                 exp.n_clients, size=exp.per_round, replace=False))
             profiles = exp.tiers.profiles(sampled, rnd, rng_for(seed, "tier", rnd), exp.sizes)
             plans = exp.method.plan(rnd, profiles, state, rng_for(seed, "method", rnd))
-            jobs, skipped = [], []
+            entries, skipped = [], []  # (plan, payload) of the clients that train
             for p in profiles:
                 plan = plans[p.client]
                 if plan.skip:
                     skipped.append(ClientCost(client=p.client, tier=p.tier))
                     continue
-                payload = exp.method.client_payload(state, plan)
-                jobs.append(ClientJob(rnd, plan, payload, exp.store.get(p.client), exp.train_indices[p.client],
-                                      seed_for(seed, "client", rnd, p.client)))
-            results = self.execute(jobs)
-            updates = []
-            for job, res in zip(jobs, results):
-                res.cost.down_bytes = exp.method.down_bytes(job.plan, job.payload)
+                entries.append((plan, exp.method.client_payload(state, plan)))
+
+            def jobs() -> Iterator[ClientJob]:  # private state read when the job is handed out
+                for plan, payload in entries:
+                    yield ClientJob(rnd, plan, payload, exp.store.get(plan.client), exp.train_indices[plan.client],
+                                    seed_for(seed, "client", rnd, plan.client))
+
+            costs, updates = [], []  # results are not kept: their private state went to the store
+            for (plan, payload), res in zip(entries, self.execute(jobs())):
+                res.cost.down_bytes = exp.method.down_bytes(plan, payload)
+                res.cost.down_variants = dict(exp.method.down_bytes_variants(plan, payload))
                 res.cost.up_bytes = tensor_bytes(res.upload)
-                res.cost.down_variants = dict(exp.method.down_bytes_variants(job.plan, job.payload))
-                exp.store.put(job.plan.client, res.private)
-                updates.append(ClientUpdate(job.plan.client, res.upload, exp.sizes[job.plan.client], job.plan,
+                exp.store.put(plan.client, res.private)  # kept by the store, not by this round
+                costs.append(res.cost)
+                updates.append(ClientUpdate(plan.client, res.upload, exp.sizes[plan.client], plan,
                                             res.cost.train_loss))
-            for cost in skipped + [r.cost for r in results]:
+            for cost in skipped + costs:
                 for cb in exp.callbacks:
                     cb.on_client_end(exp, rnd, cost)
             state = exp.method.aggregate(state, updates)
@@ -87,9 +93,9 @@ class Engine:
             exp.last_eval = exp.evaluate(state, self)
             eval_seconds = time.perf_counter() - t0
             metric = exp.last_eval.value
-        losses = [r.cost.train_loss for r in results if r.cost.train_loss is not None]
+        losses = [c.train_loss for c in costs if c.train_loss is not None]
         log = RoundLog(rnd, metric, float(np.mean(losses)) if losses else None, sw.seconds,
-                       sum(r.cost.seconds for r in results), eval_seconds, sampled)
+                       sum(c.seconds for c in costs), eval_seconds, sampled)
         for cb in exp.callbacks:
             cb.on_round_end(exp, log)
         return state
@@ -98,7 +104,8 @@ class Engine:
 @ENGINES.register("local", "clients one after another in this process, one model per architecture")
 class LocalEngine(Engine):
     def execute(self, jobs):
-        return [self.exp.worker.run(job) for job in jobs]
+        for job in jobs:  # one client at a time: its private state is stored before the next loads
+            yield self.exp.worker.run(job)
 
     def evaluate_local(self, jobs):
         return [self.exp.worker.evaluate(job) for job in jobs]

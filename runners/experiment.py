@@ -223,7 +223,9 @@ class Experiment:
             if engine is not None:
                 engine.close()
             if getattr(self, "store", None) is not None:
-                self.store.close()
+                # the private state stays on disk for a resume unless the run ended ok
+                done_ok = status == "ok" and not self.run_cfg.keep_checkpoints
+                self.store.close() if done_ok else self.store.release()
         rec = self.record(status, error, self.elapsed())
         path = records.record_path(self.run_cfg.out, rec)
         records.write_record(rec, path)
@@ -247,13 +249,15 @@ class Experiment:
         from fedbench.methods.base import ClientPlan
 
         tensors = self.method.eval_tensors(state)
-        jobs = []
-        for c in range(self.n_clients):
-            arch = self.method.client_arch(c)
-            keys = self.method.private_keys(ClientPlan(c, 0, (), arch=arch))
-            jobs.append(EvalJob(c, arch, tensors, self.store.get(c), self.local.test[c], keys))
-        results = engine.evaluate_local(jobs)
-        self.per_client = {j.client: r.value for j, r in zip(jobs, results)}
+
+        def jobs():  # one client's private state in memory at a time (it may be on disk)
+            for c in range(self.n_clients):
+                arch = self.method.client_arch(c)
+                keys = self.method.private_keys(ClientPlan(c, 0, (), arch=arch))
+                yield EvalJob(c, arch, tensors, self.store.get(c), self.local.test[c], keys)
+
+        results = engine.evaluate_local(jobs())
+        self.per_client = {c: r.value for c, r in enumerate(results)}
         vals = np.array(list(self.per_client.values()), dtype=np.float64)
         name = results[0].metric_name if results else self.task.metric_name
         extra = {"worst_client": float(vals.min())}

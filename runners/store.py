@@ -2,10 +2,12 @@
 LG-FedAvg's local extractor, ...).
 
 Kept in memory up to ``budget_bytes``; beyond it the least recently used clients are
-spilled to ``root/<client>.pt`` and read back when they are sampled again, so the
-server's memory stays flat however many clients a federation has. Tensors are stored on
-the CPU. Only the engine touches the store: methods declare private keys
-(``Method.private_keys``) and never see it.
+spilled to ``root/<client>.pt`` and read back when they are needed again, so the server's
+memory stays flat however many clients a federation has. Tensors are stored on the CPU.
+Only the engine touches the store: methods declare private keys (``Method.private_keys``)
+and never see it. ``flush`` writes every client's state to ``root`` (what a checkpoint
+relies on: the folder sits next to the record, named after the run id); ``adopt``
+takes such a folder back when a run resumes.
 """
 
 from __future__ import annotations
@@ -26,18 +28,22 @@ class ClientStore:
         self.budget_bytes = int(budget_bytes)
         self._mem: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()  # LRU order, newest last
         self._mem_bytes = 0
-        self._on_disk: set[int] = set()
-        self.spills = 0  # clients written to disk so far
+        self._on_disk: set[int] = set()  # clients whose latest state is in root
+        self._dirty: set[int] = set()  # in memory, newer than on disk
+        self.spills = 0  # clients written to disk to free memory
 
     def __contains__(self, client: int) -> bool:
         return client in self._mem or client in self._on_disk
 
     def __len__(self) -> int:
-        return len(self._mem) + len(self._on_disk - set(self._mem))
+        return len(set(self._mem) | self._on_disk)
 
     @property
     def memory_bytes(self) -> int:
         return self._mem_bytes
+
+    def clients(self) -> list[int]:
+        return sorted(set(self._mem) | self._on_disk)
 
     def _path(self, client: int) -> Path:
         return self.root / f"{int(client)}.pt"
@@ -49,6 +55,7 @@ class ClientStore:
         self._drop_mem(client)
         self._mem[client] = {k: t.detach().to("cpu", copy=True) for k, t in tensors.items()}
         self._mem_bytes += tensor_bytes(self._mem[client])
+        self._dirty.add(client)
         self._spill()
 
     def get(self, client: int) -> dict[str, torch.Tensor] | None:
@@ -65,24 +72,44 @@ class ClientStore:
         if old is not None:
             self._mem_bytes -= tensor_bytes(old)
 
+    def _write(self, client: int, tensors: dict[str, torch.Tensor]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self._path(client).with_suffix(".tmp")
+        torch.save(tensors, tmp)
+        os.replace(tmp, self._path(client))
+        self._on_disk.add(client)
+        self._dirty.discard(client)
+
     def _spill(self) -> None:
         while self._mem_bytes > self.budget_bytes and len(self._mem) > 1:
             client, tensors = self._mem.popitem(last=False)
             self._mem_bytes -= tensor_bytes(tensors)
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = self._path(client).with_suffix(".tmp")
-            torch.save(tensors, tmp)
-            os.replace(tmp, self._path(client))
-            self._on_disk.add(client)
+            if client in self._dirty:
+                self._write(client, tensors)
             self.spills += 1
 
-    def state_dict(self) -> dict[int, dict[str, torch.Tensor]]:
-        """Every client's state (memory and disk), for checkpoints."""
-        return {c: self.get(c) for c in sorted(set(self._mem) | self._on_disk)}
+    def flush(self) -> None:
+        """Write every client whose state in memory is newer than on disk."""
+        for client in sorted(self._dirty):
+            self._write(client, self._mem[client])
 
-    def close(self) -> None:
-        """Forget everything and remove the spill folder."""
-        self._mem.clear()
-        self._mem_bytes = 0
+    def adopt(self, clients: list[int]) -> None:
+        """Take back the flushed states of ``clients`` in ``root`` (a resumed run)."""
+        missing = [c for c in clients if not self._path(c).exists()]
+        if missing:
+            raise FileNotFoundError(f"client store {self.root} lacks client {missing[0]}'s state")
+        self._on_disk.update(clients)
+
+    def clear(self) -> None:
+        """Forget everything and remove the folder (a run that starts afresh)."""
+        self.release()
         self._on_disk.clear()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def release(self) -> None:
+        """Drop the memory copies; the folder stays (for a checkpoint of a run that did not finish)."""
+        self._mem.clear()
+        self._mem_bytes = 0
+        self._dirty.clear()
+
+    close = clear

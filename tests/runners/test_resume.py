@@ -26,17 +26,26 @@ def _comparable(rec):
     return rec["results"], cost, rec["run"]["sampled_clients"]
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fed_hello_fim"])
-def test_killed_run_resumes_to_the_uninterrupted_record(method, tmp_path):
-    full, _ = Experiment(method, "tiny_text", dict(RUN, out=str(tmp_path / "full"))).run()
-    run = dict(RUN, out=str(tmp_path / "killed"))
-    cut, path = Experiment(method, "tiny_text", run, callbacks=[KillAt(2)]).run()
+CASES = [("fedavg", "tiny_text", {}), ("fed_hello_fim", "tiny_text", {}),
+         # private client state (each client's CNN) lives in the ClientStore's folder across the kill
+         ("fedlora", "tiny_vision", {"model": "cnn", "n_train_per_domain": 24, "n_test_per_domain": 4})]
+
+
+@pytest.mark.parametrize("method,task,task_config", CASES)
+def test_killed_run_resumes_to_the_uninterrupted_record(method, task, task_config, tmp_path):
+    setting = "2/-" if task_config else "iid"
+    full, _ = Experiment(method, task, dict(RUN, setting=setting, out=str(tmp_path / "full")),
+                         task_config=task_config).run()
+    run = dict(RUN, setting=setting, out=str(tmp_path / "killed"))
+    cut, path = Experiment(method, task, run, task_config=task_config, callbacks=[KillAt(2)]).run()
     assert cut["status"] == "cancelled" and cut["run"]["rounds_completed"] == 1
     assert checkpoint.checkpoint_path(path).exists()
-    resumed, path2 = Experiment(method, "tiny_text", run).run()
+    assert path.with_suffix(".clients").is_dir() == bool(task_config)  # private state kept for the resume
+    resumed, path2 = Experiment(method, task, run, task_config=task_config).run()
     assert path2 == path and resumed["status"] == "ok" and resumed["run"]["rounds_completed"] == 3
     assert _comparable(resumed) == _comparable(full)
     assert not checkpoint.checkpoint_path(path).exists()  # removed once the run ended ok
+    assert not path.with_suffix(".clients").exists()
 
 
 def test_keep_checkpoints(tmp_path):

@@ -26,3 +26,15 @@ def test_memory_stays_flat_with_a_thousand_clients(tmp_path):
             store.put(c, {"w": torch.randn(1024)})
         peaks.append(store.memory_bytes)
     assert max(peaks) <= budget and store.get(999) is not None and store.get(0) is not None
+
+
+def test_flush_and_adopt_for_a_resumed_run(tmp_path):
+    store = ClientStore(tmp_path / "c", budget_bytes=10**9)
+    store.put(3, {"w": torch.ones(2)})
+    store.flush()
+    store.release()  # the run stopped: memory dropped, folder kept
+    again = ClientStore(tmp_path / "c", budget_bytes=10**9)
+    again.adopt([3])
+    assert torch.equal(again.get(3)["w"], torch.ones(2))
+    again.clear()
+    assert again.get(3) is None and not (tmp_path / "c").exists()
