@@ -33,17 +33,32 @@ class QualityTable:
     best_avg: float | None  # as displayed
 
 
+#: run-config fields that define the federation (who trains what on which data): rows that
+#: differ in them answer different questions and are not ranked against each other
+FEDERATION_FIELDS = frozenset({"clients", "per_round", "tier_fractions", "tier_ranks", "dynamic", "local_split",
+                               "server_holdout"})
+
+
+def cohort(rk: RowKey) -> tuple:
+    """Rows ranked against each other (bold best, paired test): the same resource label,
+    federation (:data:`FEDERATION_FIELDS`) and task config, as the papers' tables compare
+    methods within one resource ratio and federation. Methods and their hyperparameters
+    (method config, lr, rounds, ...) are compared within a cohort."""
+    return (rk.label,) + tuple((k, v) for k, v in rk.variant if k in FEDERATION_FIELDS or k.startswith("task."))
+
+
 def quality_table(rows: Sequence[RowKey], columns: Sequence[str], values: dict, *, lower_better: bool,
                   key: Callable[[float], float]) -> QualityTable:
     """Statistics of ``values`` ((row, column) -> {seed: value}). ``key`` maps a value to
-    what is displayed (for ties). The column's best row is the first row, in row order,
-    whose displayed mean is best; every other cell with >= 2 seeds shared with it gets a
-    paired t-test (:func:`~fedbench.leaderboard.stats.paired_t_test`)."""
+    what is displayed (for ties). A column's best row, within each :func:`cohort`, is the
+    first row, in row order, whose displayed mean is best; every other cell of the cohort
+    with >= 2 seeds shared with it gets a paired t-test
+    (:func:`~fedbench.leaderboard.stats.paired_t_test`)."""
     pick = min if lower_better else max
     means = {k: mean([v[s] for s in sorted(v)]) for k, v in values.items() if v}
     cells = {}
-    for c in columns:
-        present = [rk for rk in rows if (rk, c) in means]
+    for c, group in ((c, g) for c in columns for g in sorted({cohort(rk) for rk in rows})):
+        present = [rk for rk in rows if (rk, c) in means and cohort(rk) == group]
         if not present:
             continue
         best_key = pick(key(means[(rk, c)]) for rk in present)

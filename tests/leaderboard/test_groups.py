@@ -101,3 +101,14 @@ def test_personalised_records_get_a_worst_client_table():
     worst = text[text.index("Worst client"):]
     assert "fedlora" in worst and "fedavg" not in worst.split("\n\n")[1]
     assert f"{(0.5 + 0.55) / 2 * 100:.2f}" in worst
+
+
+def test_rows_of_different_federations_are_ranked_apart():
+    """N=10 and N=50 rows are different federations: each has its own best, no dagger across."""
+    recs = []
+    for n, finals in ((10, (0.9, 0.92, 0.91)), (50, (0.6, 0.62, 0.61))):
+        for method, shift in (("fedlora", 0.0), ("fd", -0.05)):
+            recs += [with_config(make(method, seed=s, final=f + shift), clients=n) for s, f in enumerate(finals)]
+    rows = table_rows(render_task("t", recs))
+    assert rows[("fedlora (clients=50)", "6:3:1")]["iid"].startswith("**")  # best of its federation
+    assert "†" in rows[("fd (clients=50)", "6:3:1")]["iid"] and "-5.00" in rows[("fd (clients=50)", "6:3:1")]["iid"]
