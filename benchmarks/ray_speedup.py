@@ -35,9 +35,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 SMALL = {"n_train": 160, "n_test": 48}  # tests/smoke.py SMALL_TASK_CONFIGS["tiny_text"]
-TIME_KEYS = {"seconds_per_round", "seconds_total", "seconds_per_client_step", "client_seconds_total",
-             "round_seconds_total", "eval_seconds_total", "eval_seconds_per_round", "server_seconds",
-             "meter_measurements", "meter_reused"}
 
 
 def load() -> str:
@@ -75,6 +72,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="rounds of each sweep run (default 3)")
     ap.add_argument("--engine-rounds", type=int, default=3, help="rounds of the engine run (default 3)")
+    ap.add_argument("--engine-train", type=int, default=160,
+                    help="tiny_text training examples of the engine run (more = longer client rounds; default 160)")
     a = ap.parse_args()
     import ray
 
@@ -96,12 +95,14 @@ def main() -> None:
     print(f"sweep, 8 runs, --workers 2:               {t2:7.1f} s  ({busy(tmp / 'w2', t2)})")
     print(f"speed-up --workers 2 vs --workers 1:      {t1 / t2:7.2f}x  (vs in-process: {t_seq / t2:.2f}x)")
 
+    from fedbench.runners.summary import PROCESS_MEASURES
+
     recs = {}
     for runner in ("local", "ray"):
         t0 = time.perf_counter()
         rec, _ = Experiment("fedavg", "tiny_text", {"rounds": a.engine_rounds, "clients": 10, "per_round": 10,
                                                     "runner": runner, "workers": 2, "out": str(tmp / runner)},
-                            task_config=SMALL).run()
+                            task_config={**SMALL, "n_train": a.engine_train}).run()
         wall = time.perf_counter() - t0
         assert rec["status"] == "ok", rec["error"]
         recs[runner] = (rec, wall)
@@ -109,8 +110,8 @@ def main() -> None:
               f"{rec['cost']['round_seconds_total']:6.2f} s")
     (lr, lw), (rr, rw) = recs["local"], recs["ray"]
     same = lr["results"] == rr["results"] and \
-        {k: v for k, v in lr["cost"].items() if k not in TIME_KEYS} == \
-        {k: v for k, v in rr["cost"].items() if k not in TIME_KEYS}
+        {k: v for k, v in lr["cost"].items() if k not in PROCESS_MEASURES} == \
+        {k: v for k, v in rr["cost"].items() if k not in PROCESS_MEASURES}
     print(f"speed-up ray --workers 2 vs local: {lw / rw:.2f}x wall, "
           f"{lr['cost']['round_seconds_total'] / rr['cost']['round_seconds_total']:.2f}x rounds; "
           f"same record (but time): {same}")

@@ -15,6 +15,14 @@ from fedbench.tasks.base import EvalResult
 MB = 1e6
 GB = 1e9
 
+#: cost fields that measure this process (wall time, the meter's bookkeeping, peak RSS):
+#: they differ between runs of one config and between engines; everything else in the
+#: record is reproducible from the seed
+PROCESS_MEASURES = frozenset({
+    "seconds_per_round", "seconds_total", "seconds_per_client_step", "client_seconds_total", "round_seconds_total",
+    "eval_seconds_total", "eval_seconds_per_round", "server_seconds_total", "meter_measurements", "meter_reused",
+    "rss_peak_gb"})
+
 
 def _mean(xs) -> float | None:
     xs = list(xs)
