@@ -147,7 +147,8 @@ def render_task(task: str, records: list[dict], plots: Sequence[str] = ()) -> st
             "TFLOPs of one client training step (forward + backward); Mem = peak memory of one client step "
             "(MB below 1 GB); MB/round = traffic down + up per client per round; `weak` / `strong`: the same "
             "for the clients of the weakest / strongest resource tier (`-`: that tier does not train); "
-            "s/round = wall seconds per round; Server TFLOPs / Server s = the server's extra work over the "
+            "s/round = wall seconds per round without evaluation; Eval s/round = seconds of one evaluation "
+            "(`run.eval_every` sets how often); Server TFLOPs / Server s = the server's extra work over the "
             "whole run.",
             "Pareto ✓: no other row is at least as good on both Avg and weakest-tier TFLOPs/step and "
             "strictly better on one (rows without either are not compared).",

@@ -111,6 +111,7 @@ COSTS = (
     ("MB/round weak", _tier(0, ("traffic_mb_per_client_round", "total")), "fix2"),
     ("MB/round strong", _tier(1, ("traffic_mb_per_client_round", "total")), "fix2"),
     ("s/round", _path("seconds_per_round"), "fix2"),
+    ("Eval s/round", _path("eval_seconds_per_round"), "fix2"),
     ("Server TFLOPs", _path("server_tflops_total"), "sig4"),
     ("Server s", _path("server_seconds_total"), "fix2"),
 )
