@@ -45,7 +45,7 @@ def save(path: Path, exp, rnd: int) -> None:
         "state": {"tensors": exp.state.tensors, "extra": exp.state.extra},
         "store_clients": exp.store.clients(), "logs": exp.history.logs, "costs": exp.history.costs,
         "meter": exp.worker.meter, "last_eval": exp.last_eval, "initial_eval": exp.initial_eval,
-        "per_client": getattr(exp, "per_client", None), "elapsed": exp.elapsed(),
+        "per_client": exp.per_client, "elapsed": exp.elapsed(),
         "server": (exp.server.flops, exp.server.seconds),
     }
     exp.store.flush()  # the clients' private state: in the store's folder beside the record

@@ -109,7 +109,7 @@ def _looks_like_path(s: str) -> bool:
 
 def check_method_config(cfg: Any) -> None:
     """The LoRA fields every method config has (``MethodConfig``): rank, alpha, dropout."""
-    r = getattr(cfg, "lora_r", None)
+    r = cfg.lora_r
     check(cfg, "lora_r", r is None or r >= 1, "must be an integer >= 1")
     check(cfg, "lora_alpha", cfg.lora_alpha > 0, "must be a number > 0")
     check(cfg, "lora_dropout", 0 <= cfg.lora_dropout < 1, "must be in [0, 1)")
@@ -159,7 +159,7 @@ def validate_run(method: str, task: str, run: Mapping[str, Any] | None, method_c
     task_cfg = build_config(task_cls.config_cls, task_config or {}, "task")
     _section(check_method_config, "method", method_cfg)
     _section(check_task_config, "task", task_key, task_cfg)
-    kind = getattr(task_cls, "kind", None)
+    kind = task_cls.kind
     if kind is not None and kind not in method_cls.task_kinds:
         raise UserError(f"method {method_key!r} does not support {kind} tasks like {task_key!r}")
     parse_setting(run_cfg.setting)

@@ -92,6 +92,7 @@ class Experiment:
         self.last_eval: EvalResult | None = None
         self.initial_eval: EvalResult | None = None
         self.state: MethodState | None = None  # the global state after the last finished round
+        self.per_client: dict[int, float] | None = None  # local evaluation: each client's score
         self.elapsed_before = 0.0  # seconds spent before a resume (from the checkpoint)
         self._t_start = time.perf_counter()
 
@@ -298,8 +299,8 @@ class Experiment:
             method_layout=self.method.layout() if hasattr(self, "method") else {},
         )
         rec["results"].update(results_section(
-            logs, self.last_eval, self.initial_eval, self.task.metric_name if hasattr(self.task, "metric_name")
-            else "top1", self.method_cls.evaluation, getattr(self, "per_client", None), archs))
+            logs, self.last_eval, self.initial_eval, self.task.metric_name, self.method_cls.evaluation,
+            self.per_client, archs))
         rec["results"]["target"] = target_section(r.target_metric, logs, self.history.costs)
         meter = self.worker.meter if hasattr(self, "worker") else None
         server = getattr(self, "server", None)

@@ -196,7 +196,7 @@ class RayEngine(Engine):
         ray, actors = self.ray, self.actors
         self.actors = []
         if actors:
-            meter = getattr(self.exp.worker, "meter", None)
+            meter = self.exp.worker.meter
             try:  # the meters live in the actors: their counters go into the record
                 counts = ray.get([a.meter_counts.remote() for a in actors], timeout=60)
                 if meter is not None:

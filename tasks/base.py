@@ -148,6 +148,8 @@ class Task:
     server_holdout: int = 50
     #: run-config defaults of the task's paper setting (optimizer, lr, batch_size, clients)
     run_defaults: ClassVar[dict[str, Any]] = {}
+    #: name of the task's headline metric (what ``evaluate`` reports)
+    metric_name: ClassVar[str] = "top1"
 
     def __init__(self, config: TaskConfig):
         self.config = config
