@@ -21,7 +21,7 @@ import numpy as np
 
 from fedbench.methods.base import ClientPlan
 from fedbench.runners.experiment import Experiment
-from fedbench.runners.train import train_client
+from fedbench.runners.worker import ClientJob
 
 
 def client_step(runner: Experiment, layers, blocks=None):
@@ -29,9 +29,8 @@ def client_step(runner: Experiment, layers, blocks=None):
     state = runner.method.init_state(runner.am.read(runner.am.all_keys))
     plan = ClientPlan(0, 0, tuple(layers), blocks=None if blocks is None else tuple(blocks))
     payload = runner.method.client_payload(state, plan)
-    _, cost = train_client(runner.am, runner.task, runner.method, runner.data.train, runner.part.client_indices[0],
-                           plan, payload, runner.method.upload_keys(plan), runner.train, np.random.default_rng(0))
-    return cost
+    job = ClientJob(1, plan, payload, None, runner.train_indices[0], seed=0)
+    return runner.worker.run(job).cost  # the ClientWorker of a real run, with its meters
 
 
 def main() -> None:
