@@ -42,7 +42,7 @@ from fedbench.runners.tiers import TierAssigner, tier_ranks_for
 from fedbench.runners.train import NonFiniteLoss, TrainSettings
 from fedbench.runners.worker import ClientWorker, EvalJob, ModelPool, WorkerSpec, evaluate_model
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import EvalResult, Task, TaskData
+from fedbench.tasks.base import EvalResult, Task, TaskData, subset
 from fedbench.tasks.local_split import split_local
 from fedbench.tasks.partition import n_clients_for, parse_setting, partition
 
@@ -177,9 +177,9 @@ class Experiment:
         held, keep = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
         self.holdout_indices: list[int] = held.tolist()
         self.proxy_indices: list[int] = np.sort(perm[:need]).tolist()
-        self.test = _subset(test, keep) if n_hold else test
+        self.test = subset(test, keep) if n_hold else test
         self.test_domains = None if self.data.test_domains is None else self.data.test_domains[keep]
-        return _subset(test, np.asarray(self.proxy_indices, dtype=np.int64)) if need else None
+        return subset(test, np.asarray(self.proxy_indices, dtype=np.int64)) if need else None
 
     # ------------------------------------------------------------------ run
     def elapsed(self) -> float:
@@ -326,12 +326,6 @@ def _sigterm_as_cancel():
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
-
-
-def _subset(dataset, idx: np.ndarray):
-    if hasattr(dataset, "subset"):
-        return dataset.subset(idx)
-    return torch.utils.data.Subset(dataset, [int(i) for i in idx])
 
 
 __all__ = ["Cancelled", "Experiment"]

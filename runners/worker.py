@@ -23,7 +23,7 @@ from fedbench.runners.adapters import AdapterModel
 from fedbench.runners.meters import ClientCost, PeakRSS
 from fedbench.runners.seeds import seed_for
 from fedbench.runners.train import MeterCache, TrainSettings, train_client
-from fedbench.tasks.base import EvalResult, Task, TaskData
+from fedbench.tasks.base import EvalResult, Task, TaskData, subset
 
 
 @dataclass
@@ -160,7 +160,7 @@ class ClientWorker:
         """Local evaluation: the model of ``job.arch`` with the global tensors and the
         client's private state on its local test split (``job.indices`` of the train data)."""
         private = job.private if job.private is not None else self.pool.fresh(job.arch, job.private_keys)
-        data = _subset(self.pool.data.train, job.indices) if test is None else test
+        data = subset(self.pool.data.train, job.indices) if test is None else test
         return evaluate_model(self.pool.get(job.arch), self.method, self.pool.task, {**job.tensors, **private}, data)
 
 
@@ -176,12 +176,6 @@ def evaluate_model(am: AdapterModel, method: Method, task: Task, tensors: dict[s
         am.model.eval()
         return task.evaluate(am.model, data, am.device, domains, domain_names,
                              logits_fn=lambda model, batch: method.eval_logits(task, model, batch, hidden))
-
-
-def _subset(dataset, idx: np.ndarray):
-    if hasattr(dataset, "subset"):
-        return dataset.subset(idx)
-    return torch.utils.data.Subset(dataset, [int(i) for i in idx])
 
 
 __all__ = ["ClientJob", "ClientResult", "ClientWorker", "EvalJob", "ModelPool", "WorkerSpec", "evaluate_model"]

@@ -117,6 +117,14 @@ class EvalResult:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+def subset(dataset: Any, idx: np.ndarray) -> Any:
+    """The examples of ``dataset`` at ``idx``: its own ``subset`` (ArrayDataset and the task
+    datasets keep their extras) or a ``torch.utils.data.Subset``."""
+    if hasattr(dataset, "subset"):
+        return dataset.subset(idx)
+    return torch.utils.data.Subset(dataset, [int(i) for i in idx])
+
+
 def iterate_batches(dataset: Any, indices: np.ndarray, batch_size: int, collate=None) -> Iterator[dict]:
     """Yield batches of ``dataset`` at ``indices`` (in the given order)."""
     for s in range(0, len(indices), batch_size):
