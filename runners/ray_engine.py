@@ -119,7 +119,7 @@ class ClientActor:
         return self.worker.run(job)
 
     def evaluate(self, job: EvalJob, tensors: dict[str, torch.Tensor]):
-        return self.worker.evaluate(dataclasses.replace(job, tensors=tensors), None)
+        return self.worker.evaluate(dataclasses.replace(job, tensors=tensors))
 
     def meter_counts(self) -> tuple[int, int]:
         m = self.worker.meter

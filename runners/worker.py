@@ -156,11 +156,11 @@ class ClientWorker:
         cost.rss_peak_bytes = self.rss.read() if reset else None
         return ClientResult(plan.client, upload, priv, cost)
 
-    def evaluate(self, job: EvalJob, test: Any = None) -> EvalResult:
+    def evaluate(self, job: EvalJob) -> EvalResult:
         """Local evaluation: the model of ``job.arch`` with the global tensors and the
         client's private state on its local test split (``job.indices`` of the train data)."""
         private = job.private if job.private is not None else self.pool.fresh(job.arch, job.private_keys)
-        data = subset(self.pool.data.train, job.indices) if test is None else test
+        data = subset(self.pool.data.train, job.indices)
         return evaluate_model(self.pool.get(job.arch), self.method, self.pool.task, {**job.tensors, **private}, data)
 
 
