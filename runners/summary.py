@@ -25,8 +25,11 @@ PROCESS_MEASURES = frozenset({
 
 
 def _mean(xs) -> float | None:
+    """The mean, clamped into [min, max]: float rounding can put the mean of equal values
+    one ulp above them (np.mean([3.334959104] * 3) > 3.334959104), and a record whose
+    mean exceeds its max is wrong to anyone who reads it."""
     xs = list(xs)
-    return float(np.mean(xs)) if xs else None
+    return min(max(float(np.mean(xs)), min(xs)), max(xs)) if xs else None
 
 
 def results_section(logs: Sequence[RoundLog], last: EvalResult | None, initial: EvalResult | None,
@@ -53,7 +56,7 @@ def local_summary(per_client: dict[int, float], archs: dict[int, str]) -> dict:
     by_arch: dict[str, list[float]] = {}
     for c, v in per_client.items():
         by_arch.setdefault(archs.get(c, "default"), []).append(v)
-    return {"mean": float(vals.mean()), "std": float(vals.std()), "min": float(vals.min()),
+    return {"mean": _mean(vals), "std": float(vals.std()), "min": float(vals.min()),
             "median": float(np.median(vals)), "by_arch": {a: float(np.mean(v)) for a, v in sorted(by_arch.items())}}
 
 
