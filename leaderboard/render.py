@@ -78,7 +78,7 @@ def _quality_rows(q: QualityTable, fmt: Fmt) -> list[list[str]]:
         row = [format_cell(q.cells.get((rk, c)), fmt) for c in q.columns]
         if rk in q.avgs:
             text = fmt.num(q.avgs[rk])
-            row.append(f"**{text}**" if fmt.key(q.avgs[rk]) == q.best_avg else text)
+            row.append(f"**{text}**" if rk in q.best_avg else text)
         else:
             row.append(DASH)
         out.append(row)

@@ -30,7 +30,7 @@ class QualityTable:
     columns: list[str]
     cells: dict  # (RowKey, column) -> CellStat
     avgs: dict  # RowKey -> mean of the row's cell means (rows with every column)
-    best_avg: float | None  # as displayed
+    best_avg: frozenset  # the RowKeys whose Avg is their cohort's best (as displayed; ties all)
 
 
 #: run-config fields that define the federation (who trains what on which data): rows that
@@ -77,8 +77,12 @@ def quality_table(rows: Sequence[RowKey], columns: Sequence[str], values: dict, 
         m = [means[(rk, c)] for c in columns if (rk, c) in means]
         if columns and len(m) == len(columns):
             avgs[rk] = mean(m)
-    best_avg = pick((key(a) for a in avgs.values()), default=None)
-    return QualityTable(list(rows), list(columns), cells, avgs, best_avg)
+    best_avg = set()
+    for group in {cohort(rk) for rk in avgs}:
+        members = [rk for rk in avgs if cohort(rk) == group]
+        top = pick(key(avgs[rk]) for rk in members)
+        best_avg.update(rk for rk in members if key(avgs[rk]) == top)
+    return QualityTable(list(rows), list(columns), cells, avgs, frozenset(best_avg))
 
 
 def _get(node, path: Sequence[str]) -> float | None:

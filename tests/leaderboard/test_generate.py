@@ -130,7 +130,7 @@ def test_per_domain_tables():
     dom = table_rows(text.split("## Per-domain (domain)")[1])
     assert dom[("fedra", "12,10,8,6,4,3")]["sketch"] == "**58.75**"  # best of its resource label (cohort)
     assert dom[("fedavg", "-")]["real"] == "**72.00**"
-    assert dom[("fedra", "12,10,8,6,4,3")]["Avg"] == f"{(55.0 + 70.0 + 58.75) / 3:.2f}"
+    assert dom[("fedra", "12,10,8,6,4,3")]["Avg"] == f"**{(55.0 + 70.0 + 58.75) / 3:.2f}**"  # its cohort's best
 
 
 # --------------------------------------------------------------------------- in-memory records
@@ -213,3 +213,13 @@ def test_runs_scored_on_different_test_examples_are_flagged():
     text = render_task("t", [a, b, c])
     assert "Not strictly comparable" in text and "iid seed 0" in text and "20/1.0" not in text.split("Not strictly")[1]
     assert table_rows(text)[("fed_hello", "6:3:1")]["iid"]  # still shown
+
+
+def test_avg_is_bold_per_cohort():
+    """Each resource label's best Avg is bold, as its cells are (not only the table's best)."""
+    recs = [make("fedra", label="6:3:1", final=0.5), make("hetlora", label="6:3:1", final=0.25),
+            make("fedra", label="1:1:1", final=0.75), make("hetlora", label="1:1:1", final=0.125)]
+    rows = table_rows(render_task("t", recs))
+    assert rows[("fedra", "6:3:1")]["Avg"] == "**50.00**" and rows[("fedra", "6:3:1")]["iid"] == "**50.00**"
+    assert rows[("fedra", "1:1:1")]["Avg"] == "**75.00**"
+    assert rows[("hetlora", "6:3:1")]["Avg"] == "25.00" and rows[("hetlora", "1:1:1")]["Avg"] == "12.50"
