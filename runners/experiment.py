@@ -94,6 +94,19 @@ class Experiment:
         self.state: MethodState | None = None  # the global state after the last finished round
         self.per_client: dict[int, float] | None = None  # local evaluation: each client's score
         self.elapsed_before = 0.0  # seconds spent before a resume (from the checkpoint)
+        # set up by setup(); a run that fails before the end of it still writes its record
+        # from what was set
+        self.n_clients: int | None = None
+        self.per_round: int | None = None
+        self.part = None
+        self.tiers: TierAssigner | None = None
+        self.sizes: list[int] = []
+        self.holdout_indices: list[int] = []
+        self.proxy_indices: list[int] = []
+        self.server: ServerTools | None = None
+        self.method: Method | None = None
+        self.worker: ClientWorker | None = None
+        self.store: ClientStore | None = None
         self._t_start = time.perf_counter()
 
     # ------------------------------------------------------------------ identity
@@ -175,8 +188,8 @@ class Experiment:
                             f"{n_hold} (set run.server_holdout >= {need})")
         perm = rng_for(self.run_cfg.seed, "holdout").permutation(n_test)
         held, keep = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
-        self.holdout_indices: list[int] = held.tolist()
-        self.proxy_indices: list[int] = np.sort(perm[:need]).tolist()
+        self.holdout_indices = held.tolist()
+        self.proxy_indices = np.sort(perm[:need]).tolist()
         self.test = subset(test, keep) if n_hold else test
         self.test_domains = None if self.data.test_domains is None else self.data.test_domains[keep]
         return subset(test, np.asarray(self.proxy_indices, dtype=np.int64)) if need else None
@@ -223,7 +236,7 @@ class Experiment:
         finally:
             if engine is not None:
                 engine.close()
-            if getattr(self, "store", None) is not None:
+            if self.store is not None:
                 # the private state stays on disk for a resume unless the run ended ok
                 done_ok = status == "ok" and not self.run_cfg.keep_checkpoints
                 self.store.close() if done_ok else self.store.release()
@@ -273,17 +286,16 @@ class Experiment:
         rec = records.empty_record()
         r = self.run_cfg
         commit, dirty = git_info()
-        part, tiers = getattr(self, "part", None), getattr(self, "tiers", None)
+        part, tiers, method = self.part, self.tiers, self.method
         logs, costs = self.history.logs, [c for _, c in self.history.costs]
-        archs = {c: self.pool.arch(self.method.client_arch(c)) for c in range(self.n_clients)} \
-            if hasattr(self, "method") else {}
+        archs = {c: self.pool.arch(method.client_arch(c)) for c in range(self.n_clients)} if method is not None else {}
         rec["status"], rec["error"] = status, error
         rec["run"].update(
             run_id=self.run_id(), method=self.method_key, method_config=config_to_dict(self.method_cfg),
             task=self.task_key, task_config=config_to_dict(self.task_cfg), run_config=self.resolved_run(),
             setting=self.setting.raw, roc=r.roc, capacities=list(r.capacities) if r.capacities else None,
-            dynamic=r.dynamic, n_clients=getattr(self, "n_clients", self.clients),
-            clients_per_round=getattr(self, "per_round", r.per_round or 0), rounds=r.rounds,
+            dynamic=r.dynamic, n_clients=self.clients if self.n_clients is None else self.n_clients,
+            clients_per_round=(r.per_round or 0) if self.per_round is None else self.per_round, rounds=r.rounds,
             rounds_completed=len(logs), local_epochs=r.local_epochs, batch_size=self.train.batch_size,
             optimizer=self.train.optimizer, lr=self.train.lr, seed=r.seed, device=str(self.device), runner=r.runner,
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -293,17 +305,17 @@ class Experiment:
             tiers=tiers.describe() if tiers else [], tier_counts=tiers.counts() if tiers else {},
             resource_label=(r.roc or (",".join(map(str, r.capacities)) if r.capacities else "-"))
             + (" dyn" if r.dynamic else ""),
-            holdout_indices=getattr(self, "holdout_indices", []), proxy_indices=getattr(self, "proxy_indices", []),
-            client_sizes=getattr(self, "sizes", []), client_archs={str(c): a for c, a in archs.items()},
+            holdout_indices=self.holdout_indices, proxy_indices=self.proxy_indices,
+            client_sizes=self.sizes, client_archs={str(c): a for c, a in archs.items()},
             sampled_clients=[l.sampled for l in logs],
-            method_layout=self.method.layout() if hasattr(self, "method") else {},
+            method_layout=method.layout() if method is not None else {},
         )
         rec["results"].update(results_section(
             logs, self.last_eval, self.initial_eval, self.task.metric_name, self.method_cls.evaluation,
             self.per_client, archs))
         rec["results"]["target"] = target_section(r.target_metric, logs, self.history.costs)
-        meter = self.worker.meter if hasattr(self, "worker") else None
-        server = getattr(self, "server", None)
+        meter = self.worker.meter if self.worker is not None else None
+        server = self.server
         rec["cost"].update(cost_section(costs, logs, self.device.type, server.flops if server else 0.0,
                                         server.seconds if server else 0.0, seconds_total,
                                         meter.measured if meter else 0, meter.reused if meter else 0))

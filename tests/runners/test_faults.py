@@ -52,6 +52,24 @@ def test_bad_data_found_while_training_is_a_failed_record(tmp_path, monkeypatch)
     assert rec["status"] == "failed" and "unreadable image /data/x.jpg" in rec["error"]
 
 
+def test_a_failure_while_setting_up_still_writes_a_valid_record(tmp_path, monkeypatch):
+    """A bug hit half-way through set-up (here: building the server tools, after the
+    partition and the tiers) leaves a `failed` record with what was set up."""
+    from fedbench.runners import experiment
+    from fedbench.runners.records import validate_record
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("server tools broke")
+
+    monkeypatch.setattr(experiment, "ServerTools", broken)
+    rec, path = Experiment("fedavg", "tiny_text", dict(RUN, rounds=1, out=str(tmp_path)),
+                           task_config={"n_train": 160, "n_test": 48}).run()
+    assert rec["status"] == "failed" and rec["error"] == "RuntimeError: server tools broke"
+    validate_record(json.loads(path.read_text()))
+    assert rec["run"]["n_clients"] == 4 and rec["run"]["client_tiers"] and rec["run"]["holdout_indices"]
+    assert rec["run"]["method_layout"] == {} and rec["run"]["client_archs"] == {}
+
+
 def test_sigterm_records_cancelled_with_the_finished_rounds(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "fedbench", "run", "--method", "fedavg", "--task", "tiny_text", "--rounds", "200",
