@@ -222,4 +222,5 @@ class RayEngine(Engine):
             self._started = False
 
 
-__all__ = ["ActorSpec", "ClientActor", "actor_spec", "RayEngine", "init_ray", "require_ray", "runtime_env", "RAY_VERSIONS"]
+__all__ = ["ActorSpec", "ClientActor", "RayEngine", "RAY_VERSIONS", "actor_spec", "init_ray", "require_ray",
+           "runtime_env"]

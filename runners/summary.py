@@ -29,7 +29,7 @@ def _mean(xs) -> float | None:
     one ulp above them (np.mean([3.334959104] * 3) > 3.334959104), and a record whose
     mean exceeds its max is wrong to anyone who reads it."""
     xs = list(xs)
-    return min(max(float(np.mean(xs)), min(xs)), max(xs)) if xs else None
+    return float(min(max(np.mean(xs), min(xs)), max(xs))) if xs else None
 
 
 def results_section(logs: Sequence[RoundLog], last: EvalResult | None, initial: EvalResult | None,
@@ -57,7 +57,7 @@ def local_summary(per_client: dict[int, float], archs: dict[int, str]) -> dict:
     for c, v in per_client.items():
         by_arch.setdefault(archs.get(c, "default"), []).append(v)
     return {"mean": _mean(vals), "std": float(vals.std()), "min": float(vals.min()),
-            "median": float(np.median(vals)), "by_arch": {a: float(np.mean(v)) for a, v in sorted(by_arch.items())}}
+            "median": float(np.median(vals)), "by_arch": {a: _mean(v) for a, v in sorted(by_arch.items())}}
 
 
 def traffic_variants(costs: Sequence[ClientCost]) -> dict:

@@ -11,16 +11,15 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from fedbench.runners.summary import PROCESS_MEASURES
 from fedbench.methods import METHODS  # noqa: E402
 from fedbench.methods.base import ClientPlan, LocalPhase, Method  # noqa: E402
 from fedbench.runners.cli import main  # noqa: E402
 from fedbench.runners.experiment import Experiment  # noqa: E402
+from fedbench.runners.summary import PROCESS_MEASURES  # noqa: E402
 
 from smoke import SMALL_TASK_CONFIGS  # noqa: E402
 
 RUN = dict(rounds=2, clients=4, per_round=4)
-TIME_KEYS = PROCESS_MEASURES
 
 
 class PrivateHeadAvg(Method):
@@ -70,8 +69,8 @@ def _run(tmp_path, method, runner):
 
 def _same_record(a, b):
     assert a["results"] == b["results"]
-    assert {k: v for k, v in a["cost"].items() if k not in TIME_KEYS} == \
-        {k: v for k, v in b["cost"].items() if k not in TIME_KEYS}
+    assert {k: v for k, v in a["cost"].items() if k not in PROCESS_MEASURES} == \
+        {k: v for k, v in b["cost"].items() if k not in PROCESS_MEASURES}
     # every client-round was metered once in each engine, measured or reused
     assert a["cost"]["meter_measurements"] + a["cost"]["meter_reused"] == \
         b["cost"]["meter_measurements"] + b["cost"]["meter_reused"]
