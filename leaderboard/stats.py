@@ -21,6 +21,7 @@ __all__ = [
     "pareto_front",
     "sample_std",
     "t_quantile_975",
+    "two_sided_p",
 ]
 
 #: Two-sided 95% (upper 0.975) quantiles of Student's t for df = 1..30.
@@ -96,6 +97,18 @@ def paired_t_test(a: Mapping[int, float], b: Mapping[int, float]) -> PairedTest 
     else:
         t = md / (sd / math.sqrt(n))
     return PairedTest(n=n, mean_diff=md, t=t, significant=abs(t) > t_quantile_975(n - 1))
+
+
+def two_sided_p(t: float, df: int) -> float | None:
+    """Two-sided p-value of Student's t statistic ``t`` with ``df`` degrees of freedom,
+    ``2 * P(T > |t|)``; None without scipy (the quantile table gives no p-values)."""
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    try:
+        from scipy.stats import t as student_t
+    except ImportError:  # pragma: no cover - scipy comes with scikit-learn
+        return None
+    return float(2 * student_t.sf(abs(t), df))
 
 
 def pareto_front(points: Mapping, *, higher_quality_better: bool = True) -> set:

@@ -1,4 +1,4 @@
-"""``fedbench``: list, run, sweep, leaderboard, plot, export.
+"""``fedbench``: list, run, sweep, leaderboard, plot, export, compare.
 
 Bad input (unknown method/task/setting, malformed --roc, unknown --set keys, a value out
 of range, an unwritable --out, an invalid sweep preset, ...) ends with a one-line
@@ -98,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--records", default="results", help="records directory (default: results)")
     ex.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
     ex.add_argument("--per", choices=["cell", "run"], default="cell", help="one row per cell (default) or per run")
+    cp = sub.add_parser("compare", help="paired t-tests of methods against others, per resource label and "
+                        "setting, with Holm-adjusted p-values (a paper's 'A beats B' claim)")
+    cp.add_argument("methods", nargs="+", metavar="METHOD", help="methods A")
+    cp.add_argument("--against", nargs="+", required=True, metavar="METHOD", help="methods B to test A against")
+    cp.add_argument("--task", required=True, help="task whose records to compare")
+    cp.add_argument("--records", default="results", help="records directory (default: results)")
     return p
 
 
@@ -383,6 +389,22 @@ def cmd_export(args) -> int:
     return _print_paths(export(args.records, args.out, args.per), args.records)
 
 
+def cmd_compare(args) -> int:
+    from fedbench.leaderboard.compare import compare, render_comparisons
+    from fedbench.runners.records import load_records
+
+    records = [r for r in load_records(args.records) if r["run"]["task"] == args.task]
+    if not records:
+        raise UserError(f"no records of task {args.task!r} under {args.records}")
+    methods = {r["run"]["method"] for r in records}
+    missing = [m for m in [*args.methods, *args.against] if m not in methods]
+    if missing:
+        raise UserError(f"no records of method(s) {', '.join(missing)} for task {args.task!r} under {args.records}")
+    found = compare(args.task, records, args.methods, args.against)
+    print(render_comparisons(args.task, found, args.methods, args.against), end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -390,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
         return {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
-                "plot": cmd_plot, "export": cmd_export}[args.cmd](args)
+                "plot": cmd_plot, "export": cmd_export, "compare": cmd_compare}[args.cmd](args)
     except UserError as e:
         print(f"fedbench: error: {str(e).splitlines()[0] if str(e) else 'bad input'}", file=sys.stderr)
         return 2

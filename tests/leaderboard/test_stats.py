@@ -48,6 +48,9 @@ def test_paired_t_test_matches_scipy():
     ref = scipy_stats.ttest_rel([a[s] for s in range(5)], [b[s] for s in range(5)])
     r = paired_t_test(a, b)
     assert r.t == pytest.approx(ref.statistic) and r.significant == (ref.pvalue < 0.05)
+    assert stats.two_sided_p(r.t, r.n - 1) == pytest.approx(ref.pvalue)
+    # a constant difference (t = inf) has p = 0; t = 0 has p = 1
+    assert stats.two_sided_p(math.inf, 2) == 0.0 and stats.two_sided_p(0.0, 2) == pytest.approx(1.0)
 
 
 def test_pareto_front():
