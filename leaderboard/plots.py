@@ -4,10 +4,16 @@ Per task, metric and setting, next to the markdown (``<out>/<task>/<setting>_<ki
 with several metrics in a task ``<setting>-<metric>_<kind>.png``):
 
 * ``curves``: ``results.curve[*].metric`` against the round, one line per leaderboard row
-  (mean over seeds), with a min-max band over seeds;
+  (mean over seeds), with a min-max band over seeds; where a method has rows under several
+  resource labels (``--roc 6:3:1`` and ``1:1:1``), one panel per label;
 * ``pareto``: quality of the setting against the weakest tier's TFLOPs/step, its memory and
-  the weakest tier's traffic, the Pareto front of each drawn as a step line;
-* ``tiers``: per-tier TFLOPs/step, memory and traffic per row (grouped bars).
+  the weakest tier's traffic, the Pareto front of each drawn as a step line (front rows are
+  circles and named; with more than 8 rows the others are only coloured, see the legend);
+* ``tiers``: per-tier TFLOPs/step, memory (MB below 1 GB) and traffic per row (grouped
+  horizontal bars, one row per line).
+
+A row keeps its colour in every plot of a section; where a method has rows under several
+resource labels, the pareto and tiers plots name each row with its label (``fedra 6:3:1``).
 
 matplotlib is imported lazily with the Agg backend, so the rest of the leaderboard works
 without it.
@@ -23,7 +29,7 @@ from fedbench.leaderboard.generate import _SAFE_TASK, ok_sections
 from fedbench.leaderboard.render import Fmt
 from fedbench.leaderboard.stats import mean, pareto_front
 
-__all__ = ["file_stem", "plot_records", "plot_section"]
+__all__ = ["file_stem", "plot_names", "plot_records", "plot_section", "row_styles", "split_by_label"]
 
 _TIER_COSTS = (("TFLOPs/step", "tflops_per_step", "mean"), ("Mem GB", "peak_mem_gb", "mean"),
                ("MB/round", "traffic_mb_per_client_round", "total"))
@@ -47,16 +53,48 @@ def _pyplot():
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
     _pyplot().close(fig)
     return path
 
 
+def split_by_label(sec) -> list[str]:
+    """The resource labels to draw apart: the section's labels in row order where some
+    method has rows under more than one of them, else ``[]`` (one panel, names as in the
+    table)."""
+    labels = list(dict.fromkeys(rk.label for rk in sec.rows))
+    by_method = defaultdict(set)
+    for rk in sec.rows:
+        by_method[rk.method].add(rk.label)
+    return labels if any(len(ls) > 1 for ls in by_method.values()) else []
+
+
+def plot_names(sec) -> dict:
+    """Row -> name in the plots: the table's name, plus the resource label where
+    :func:`split_by_label` draws labels apart."""
+    split = bool(split_by_label(sec))
+    return {rk: f"{sec.names[rk]} {rk.label}" if split else sec.names[rk] for rk in sec.rows}
+
+
+def row_styles(plt, sec) -> dict:
+    """Row -> (colour, line style): one per table name (rows of one method under several
+    resource labels share it), the 60 colours of tab20, tab20b and tab20c, then dashed and
+    dotted once they run out."""
+    colors = sum((plt.get_cmap(c).colors for c in ("tab20", "tab20b", "tab20c")), ())
+    order = list(dict.fromkeys(sec.names[rk] for rk in sec.rows))
+    return {rk: (colors[order.index(sec.names[rk]) % len(colors)],
+                 ("-", "--", ":")[(order.index(sec.names[rk]) // len(colors)) % 3]) for rk in sec.rows}
+
+
 def _curves(plt, sec, setting, fmt, title):
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    drawn = 0
-    colors = plt.get_cmap("tab20").colors
-    for i, rk in enumerate(sec.rows):
+    labels = split_by_label(sec)
+    fig, axes = plt.subplots(1, max(len(labels), 1), figsize=(4.2 * max(len(labels), 1) + 2.8, 4.5),
+                             sharey=True, squeeze=False)
+    axes = axes[0]
+    styles = row_styles(plt, sec)
+    handles = {}
+    for rk in sec.rows:
+        ax = axes[labels.index(rk.label)] if labels else axes[0]
         runs = [r for r in sec.runs[rk] if r["run"]["setting"] == setting and r["results"]["curve"]]
         by_round = defaultdict(list)
         for r in runs:
@@ -66,20 +104,24 @@ def _curves(plt, sec, setting, fmt, title):
         if not by_round:
             continue
         xs = sorted(by_round)
+        color, style = styles[rk]
         line, = ax.plot(xs, [mean(by_round[x]) for x in xs], label=sec.names[rk], linewidth=1.4,
-                        color=colors[i % len(colors)], linestyle=("-", "--", ":")[(i // len(colors)) % 3],
-                        marker="o" if len(xs) < 12 else None, markersize=3)
+                        color=color, linestyle=style, marker="o" if len(xs) < 12 else None, markersize=3)
         if len(runs) > 1:
             ax.fill_between(xs, [min(by_round[x]) for x in xs], [max(by_round[x]) for x in xs],
-                            color=line.get_color(), alpha=0.15, linewidth=0)
-        drawn += 1
-    ax.set(xlabel="round", ylabel=sec.metric + (" (%)" if fmt.percent else ""), title=title + ": learning curves")
-    ax.grid(alpha=0.3)
+                            color=color, alpha=0.12, linewidth=0)
+        handles.setdefault(sec.names[rk], line)
     from matplotlib.ticker import MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if drawn:
-        ax.legend(fontsize=7, ncol=2 if drawn > 8 else 1, loc="best")
+    for i, ax in enumerate(axes):
+        ax.set(xlabel="round", title=f"RoC {labels[i]}" if labels else "")
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel(sec.metric + (" (%)" if fmt.percent else ""))
+    fig.suptitle(title + ": learning curves (mean over seeds, band: min-max)")
+    if handles:
+        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="center left",
+                   bbox_to_anchor=(1.0, 0.5), ncol=1 if len(handles) <= 24 else 2, frameon=False)
     return fig
 
 
@@ -96,8 +138,16 @@ def _weak(runs, cost, field):
     return mean(vals) if vals else None
 
 
+#: Markers of the rows off the Pareto front, one per resource label drawn apart; a section with
+#: at most _ANNOTATE_ALL points per panel names every point, a larger one only the front.
+_OFF_FRONT = ("x", "+", "^", "v", "s", "D")
+_ANNOTATE_ALL = 8
+
+
 def _pareto(plt, sec, setting, fmt, title):
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    names, styles, labels = plot_names(sec), row_styles(plt, sec), split_by_label(sec)
+    drawn = set()
     for ax, (label, cost, field) in zip(axes, _TIER_COSTS):
         points = {}
         for rk in sec.rows:
@@ -112,35 +162,50 @@ def _pareto(plt, sec, setting, fmt, title):
             label = "Mem MB"
         for rk, (q, c) in points.items():
             on = rk in front
-            ax.scatter([c], [q], s=36 if on else 20, marker="o" if on else "x", zorder=3)
-            ax.annotate(sec.names[rk], (c, q), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            marker = "o" if on else _OFF_FRONT[labels.index(rk.label) % len(_OFF_FRONT) if labels else 0]
+            ax.scatter([c], [q], s=40 if on else 22, marker=marker, color=styles[rk][0], zorder=3)
+            drawn.add(rk)
+            if on or len(points) <= _ANNOTATE_ALL:
+                ax.annotate(names[rk], (c, q), fontsize=6, xytext=(3, 3), textcoords="offset points")
         fr = sorted((points[rk][1], points[rk][0]) for rk in front)
         if len(fr) > 1:
             ax.step([c for c, _ in fr], [q for _, q in fr], where="post", color="gray", linewidth=1, zorder=2)
         ax.set(xlabel=f"weakest tier {label}", ylabel=sec.metric + (" (%)" if fmt.percent else ""))
         ax.grid(alpha=0.3)
-    fig.suptitle(title + ": quality vs weakest-tier cost (Pareto front: circles)")
+    fig.suptitle(title + ": quality vs weakest-tier cost (Pareto front: circles, named)")
+    from matplotlib.lines import Line2D
+
+    handles = {sec.names[rk]: Line2D([], [], marker="s", linestyle="", color=styles[rk][0])
+               for rk in sec.rows if rk in drawn}
+    for i, lab in enumerate(labels):
+        handles[f"RoC {lab}, off the front"] = Line2D([], [], marker=_OFF_FRONT[i % len(_OFF_FRONT)],
+                                                      linestyle="", color="gray")
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
+               ncol=1 if len(handles) <= 24 else 2, frameon=False)
     return fig
 
 
 def _tiers(plt, sec, setting, title):
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     rows = [rk for rk in sec.rows if any(r["run"]["setting"] == setting for r in sec.runs[rk])]
     tiers = sorted({t for rk in rows for r in sec.runs[rk] for t in r["cost"]["tflops_per_step"]["by_tier"]}, key=int)
-    width = 0.8 / max(len(tiers), 1)
+    fig, axes = plt.subplots(1, 3, figsize=(13, max(3.6, 1.2 + 0.1 * len(rows) * max(len(tiers), 1))),
+                             sharey=True)
+    height = 0.8 / max(len(tiers), 1)
     for ax, (label, cost, field) in zip(axes, _TIER_COSTS):
+        vals = {tier: [_tier_value([r for r in sec.runs[rk] if r["run"]["setting"] == setting], tier, cost, field)
+                       for rk in rows] for tier in tiers}
+        if cost == "peak_mem_gb" and max((v for vs in vals.values() for v in vs if v is not None), default=1) < 1:
+            vals = {t: [None if v is None else v * 1000 for v in vs] for t, vs in vals.items()}
+            label = "Mem MB"
         for j, tier in enumerate(tiers):
-            vals = []
-            for rk in rows:
-                v = _tier_value([r for r in sec.runs[rk] if r["run"]["setting"] == setting], tier, cost, field)
-                vals.append(0.0 if v is None else v)
-            ax.bar([i + (j - (len(tiers) - 1) / 2) * width for i in range(len(rows))], vals, width,
-                   label=f"tier {tier}")
-        ax.set_xticks(range(len(rows)), [sec.names[rk] for rk in rows], rotation=60, ha="right", fontsize=7)
-        ax.set(ylabel=label)
-        ax.grid(alpha=0.3, axis="y")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(title + ": cost per resource tier (tier 0 = weakest)")
+            ax.barh([i + (j - (len(tiers) - 1) / 2) * height for i in range(len(rows))],
+                    [0.0 if v is None else v for v in vals[tier]], height, label=f"tier {tier}")
+        ax.set(xlabel=label)
+        ax.grid(alpha=0.3, axis="x")
+    axes[0].set_yticks(range(len(rows)), [plot_names(sec)[rk] for rk in rows], fontsize=7)
+    axes[0].set_ylim(len(rows) - 0.5, -0.5)
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(title + ": cost per resource tier (tier 0 = weakest; no bar: the tier does not train)")
     return fig
 
 
