@@ -81,9 +81,18 @@ def row_styles(plt, sec) -> dict:
     resource labels share it), the 60 colours of tab20, tab20b and tab20c, then dashed and
     dotted once they run out."""
     colors = sum((plt.get_cmap(c).colors for c in ("tab20", "tab20b", "tab20c")), ())
-    order = list(dict.fromkeys(sec.names[rk] for rk in sec.rows))
-    return {rk: (colors[order.index(sec.names[rk]) % len(colors)],
-                 ("-", "--", ":")[(order.index(sec.names[rk]) // len(colors)) % 3]) for rk in sec.rows}
+    index = {name: i for i, name in enumerate(dict.fromkeys(sec.names[rk] for rk in sec.rows))}
+    return {rk: (colors[index[sec.names[rk]] % len(colors)],
+                 ("-", "--", ":")[(index[sec.names[rk]] // len(colors)) % 3]) for rk in sec.rows}
+
+
+def _mem_scale(cost: str, label: str, values) -> tuple[float, str]:
+    """(factor, axis label) of a cost axis: memory in MB when every value is below 1 GB (as
+    the tables show it), else the values as they are."""
+    values = [v for v in values if v is not None]
+    if cost == "peak_mem_gb" and values and max(values) < 1:
+        return 1000.0, "Mem MB"
+    return 1.0, label
 
 
 def _curves(plt, sec, setting, fmt, title):
@@ -157,9 +166,8 @@ def _pareto(plt, sec, setting, fmt, title):
             if cell and c is not None:
                 points[rk] = (mean([cell[s] for s in sorted(cell)]), c)
         front = pareto_front(points, higher_quality_better=not fmt.lower_better)
-        if cost == "peak_mem_gb" and points and max(c for _, c in points.values()) < 1:
-            points = {rk: (q, c * 1000) for rk, (q, c) in points.items()}
-            label = "Mem MB"
+        scale, label = _mem_scale(cost, label, [c for _, c in points.values()])
+        points = {rk: (q, c * scale) for rk, (q, c) in points.items()}
         for rk, (q, c) in points.items():
             on = rk in front
             marker = "o" if on else _OFF_FRONT[labels.index(rk.label) % len(_OFF_FRONT) if labels else 0]
@@ -188,21 +196,20 @@ def _pareto(plt, sec, setting, fmt, title):
 def _tiers(plt, sec, setting, title):
     rows = [rk for rk in sec.rows if any(r["run"]["setting"] == setting for r in sec.runs[rk])]
     tiers = sorted({t for rk in rows for r in sec.runs[rk] for t in r["cost"]["tflops_per_step"]["by_tier"]}, key=int)
+    runs = {rk: [r for r in sec.runs[rk] if r["run"]["setting"] == setting] for rk in rows}
     fig, axes = plt.subplots(1, 3, figsize=(13, max(3.6, 1.2 + 0.1 * len(rows) * max(len(tiers), 1))),
                              sharey=True)
     height = 0.8 / max(len(tiers), 1)
     for ax, (label, cost, field) in zip(axes, _TIER_COSTS):
-        vals = {tier: [_tier_value([r for r in sec.runs[rk] if r["run"]["setting"] == setting], tier, cost, field)
-                       for rk in rows] for tier in tiers}
-        if cost == "peak_mem_gb" and max((v for vs in vals.values() for v in vs if v is not None), default=1) < 1:
-            vals = {t: [None if v is None else v * 1000 for v in vs] for t, vs in vals.items()}
-            label = "Mem MB"
+        vals = {tier: [_tier_value(runs[rk], tier, cost, field) for rk in rows] for tier in tiers}
+        scale, label = _mem_scale(cost, label, [v for vs in vals.values() for v in vs])
         for j, tier in enumerate(tiers):
             ax.barh([i + (j - (len(tiers) - 1) / 2) * height for i in range(len(rows))],
-                    [0.0 if v is None else v for v in vals[tier]], height, label=f"tier {tier}")
+                    [0.0 if v is None else v * scale for v in vals[tier]], height, label=f"tier {tier}")
         ax.set(xlabel=label)
         ax.grid(alpha=0.3, axis="x")
-    axes[0].set_yticks(range(len(rows)), [plot_names(sec)[rk] for rk in rows], fontsize=7)
+    names = plot_names(sec)
+    axes[0].set_yticks(range(len(rows)), [names[rk] for rk in rows], fontsize=7)
     axes[0].set_ylim(len(rows) - 0.5, -0.5)
     axes[-1].legend(fontsize=7, loc="lower right")
     fig.suptitle(title + ": cost per resource tier (tier 0 = weakest; no bar: the tier does not train)")
