@@ -21,7 +21,7 @@ from fedbench.leaderboard.generate import _SAFE_TASK, ok_sections
 from fedbench.leaderboard.generate import setting_sort_key as setting_key
 from fedbench.leaderboard.render import Fmt
 from fedbench.leaderboard.table import COSTS, pareto_rows, quality_table, row_costs
-from fedbench.runners.records import atomic_write_text, load_records
+from fedbench.records import atomic_write_text, load_records
 
 __all__ = ["PER", "export", "task_rows"]
 

@@ -38,7 +38,7 @@ from typing import Sequence
 
 from fedbench.leaderboard.groups import build_section
 from fedbench.leaderboard.render import LOWER_IS_BETTER, PERCENT_METRICS, Fmt, esc, render_section
-from fedbench.runners.records import atomic_write_text, load_records, validate_record
+from fedbench.records import atomic_write_text, load_records, validate_record
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def _metric_label(metric: str) -> str:
 
 def render_task(task: str, records: list[dict], plots: Sequence[str] = ()) -> str:
     """The markdown leaderboard of ``task`` from ``records`` (records of other tasks are
-    ignored). Records must be valid (:func:`~fedbench.runners.records.validate_record`).
+    ignored). Records must be valid (:func:`~fedbench.records.validate_record`).
     ``plots``: relative paths of plot images to link."""
     recs, skipped, sections = ok_sections(task, records)
     metrics = [sec.metric for sec in sections]

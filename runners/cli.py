@@ -304,7 +304,7 @@ def execute(method: str, task: str, run: dict, method_cfg: dict, task_cfg: dict,
 
 def cmd_run(args) -> int:
     from fedbench.runners.config import validate_run
-    from fedbench.runners.records import prepare_out_dir
+    from fedbench.records import prepare_out_dir
 
     run, method_cfg, task_cfg = gather_configs(args)
     run_cfg = validate_run(args.method, args.task, run, method_cfg, task_cfg)[2]
@@ -317,7 +317,8 @@ def cmd_run(args) -> int:
 # ----------------------------------------------------------------------------- sweep
 def cmd_sweep(args) -> int:
     """Load, expand and validate the whole preset (``runners/sweep.py``), then run what is not done."""
-    from fedbench.runners import records, sweep
+    from fedbench import records
+    from fedbench.runners import sweep
     from fedbench.runners.experiment import Experiment
 
     runs = sweep.load_sweep(args.preset, out=args.out)
@@ -378,7 +379,7 @@ def cmd_leaderboard(args) -> int:
 def cmd_plot(args) -> int:
     _need_matplotlib()
     from fedbench.leaderboard.plots import plot_records
-    from fedbench.runners.records import load_records
+    from fedbench.records import load_records
 
     return _print_paths(plot_records(load_records(args.records), args.out), args.records)
 
@@ -391,7 +392,7 @@ def cmd_export(args) -> int:
 
 def cmd_compare(args) -> int:
     from fedbench.leaderboard.compare import compare, render_comparisons
-    from fedbench.runners.records import load_records
+    from fedbench.records import load_records
 
     records = [r for r in load_records(args.records) if r["run"]["task"] == args.task]
     if not records:

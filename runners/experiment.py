@@ -28,7 +28,8 @@ from fedbench.config import build_config, config_to_dict
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.methods.base import Method, MethodContext, MethodState
-from fedbench.runners import checkpoint, records
+from fedbench import records
+from fedbench.runners import checkpoint
 from fedbench.runners.callbacks import Callback, Diverged, DivergenceGuard, History
 from fedbench.runners.config import RunConfig
 from fedbench.runners.engine import ENGINES

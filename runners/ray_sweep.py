@@ -42,7 +42,7 @@ def _run_one(r: dict, cpus: float) -> tuple[str, str, str]:
 
 def _record_crash(r: dict, error: str) -> tuple[str, str]:
     """A run whose worker died before it wrote its record: a ``failed`` record from here."""
-    from fedbench.runners import records
+    from fedbench import records
     from fedbench.runners.experiment import Experiment
 
     exp = Experiment(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])

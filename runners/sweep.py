@@ -218,7 +218,7 @@ def run_labels(runs: list[dict]) -> list[str]:
 def is_done(path: Path, warn) -> bool:
     """Whether the record at ``path`` is a finished (``ok``) run. A corrupt record is one
     ``warn(line)`` and counts as not done, so the run is redone and the file replaced."""
-    from fedbench.runners.records import RecordError, read_record_status
+    from fedbench.records import RecordError, read_record_status
 
     try:
         return read_record_status(path) == "ok"

@@ -7,7 +7,7 @@ import pytest
 
 from fedbench.methods import METHODS
 from fedbench.runners.experiment import Experiment
-from fedbench.runners.records import validate_record
+from fedbench.records import validate_record
 from fedbench.tasks import TASKS
 
 from fedbench.config import build_config

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fedbench.leaderboard.generate import generate, render_task, setting_sort_key
-from fedbench.runners.records import empty_record, load_records, validate_record
+from fedbench.records import empty_record, load_records, validate_record
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RECORDS = FIXTURES / "records"

@@ -11,7 +11,7 @@ import pytest
 
 from fedbench.leaderboard.export import task_rows
 from fedbench.runners.cli import build_parser, main
-from fedbench.runners.records import load_records
+from fedbench.records import load_records
 
 RECORDS = Path(__file__).parent / "fixtures" / "records"
 

@@ -16,7 +16,7 @@ from fedbench.methods.personalised import CNN_KEYS, HEAD_KEYS
 from fedbench.runners.callbacks import Callback, RoundLog
 from fedbench.runners.experiment import Experiment
 from fedbench.runners.meters import ClientCost
-from fedbench.runners.records import validate_record
+from fedbench.records import validate_record
 from fedbench.runners.summary import target_section
 
 FAMILY = ("fedlora", "standalone", "lg_fedavg", "fml", "fedkd", "fd", "fedproto")

@@ -56,7 +56,7 @@ def test_a_failure_while_setting_up_still_writes_a_valid_record(tmp_path, monkey
     """A bug hit half-way through set-up (here: building the server tools, after the
     partition and the tiers) leaves a `failed` record with what was set up."""
     from fedbench.runners import experiment
-    from fedbench.runners.records import validate_record
+    from fedbench.records import validate_record
 
     def broken(*args, **kwargs):
         raise RuntimeError("server tools broke")

@@ -8,7 +8,7 @@ import torch
 
 from fedbench.errors import UserError
 from fedbench.runners.experiment import Experiment
-from fedbench.runners.records import validate_record
+from fedbench.records import validate_record
 from fedbench.runners.tiers import TierAssigner, largest_remainder, parse_roc
 from fedbench.tasks.tiny import TinyText
 

@@ -132,7 +132,7 @@ def test_without_ray_one_line_with_the_install_hint(tmp_path, monkeypatch, capsy
 
 def test_a_run_whose_worker_died_is_recorded_failed(tmp_path):
     from fedbench.runners.ray_sweep import _record_crash
-    from fedbench.runners.records import validate_record
+    from fedbench.records import validate_record
 
     r = {"method": "fedavg", "task": "tiny_text", "run": {**RUN, "out": str(tmp_path)}, "method_config": {},
          "task_config": SMALL_TASK_CONFIGS["tiny_text"]}

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.runners.records import (
+from fedbench.records import (
     SCHEMA_VERSION,
     RecordError,
     empty_record,
@@ -302,7 +302,7 @@ def test_load_records_skips_junk(tmp_path, caplog):
     (tmp_path / ".hidden").mkdir()
     (tmp_path / ".hidden" / "copy.json").write_text(json.dumps(good))
 
-    with caplog.at_level(logging.WARNING, logger="fedbench.runners.records"):
+    with caplog.at_level(logging.WARNING, logger="fedbench.records"):
         recs = load_records(tmp_path)
     assert [r["run"]["run_id"] for r in recs] == ["abc123", "zzz"]  # sorted by path
     messages = "\n".join(r.getMessage() for r in caplog.records)

@@ -7,7 +7,7 @@ import pytest
 
 from fedbench.runners import meters
 from fedbench.runners.experiment import Experiment
-from fedbench.runners.records import validate_record
+from fedbench.records import validate_record
 
 from smoke import SMALL_TASK_CONFIGS
 

@@ -22,7 +22,7 @@ Conventions the validator enforces beyond "right key, right type":
   ``cost``: a run whose loss went NaN must be recorded as ``"failed"``.
 * ``results.curve`` rounds strictly increase; ``run.rounds_completed <= run.rounds``.
 * Reading, keys not in the schema are allowed (ignored) so newer writers stay readable;
-  ``strict=True`` (what :func:`~fedbench.runners.records.write_record` uses) refuses a
+  ``strict=True`` (what :func:`~fedbench.records.write_record` uses) refuses a
   field the schema does not define.
 
 Only the standard library is imported here: the leaderboard imports this module.

@@ -1,6 +1,6 @@
 """Result records on disk: paths, atomic writes, reading a tree of records.
 
-The record's shape has one definition, :mod:`fedbench.runners.schema` (re-exported here:
+The record's shape has one definition, :mod:`fedbench.schema` (re-exported here:
 ``empty_record``, ``validate_record``, ``get_field``, ``RecordError``).
 :func:`write_record` validates strictly and writes atomically; :func:`load_records`
 reads a tree of them (invalid files are skipped with a warning). Failed and cancelled
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbench.errors import UserError
-from fedbench.runners.schema import (
+from fedbench.schema import (
     SCHEMA_VERSION,
     STATUSES,
     RecordError,
