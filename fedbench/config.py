@@ -1,8 +1,27 @@
 """Typed configs: frozen dataclasses, validated at load time.
 
-Every config field carries help text in ``field(metadata={"help": ...})``. Values come
-from defaults, then a YAML file (sections ``run``, ``method``, ``task``), then
-``--set section.key=value`` overrides; unknown keys are errors naming the valid ones.
+Every config field is declared with :func:`cfg_field`: its default, its help text and its
+**role**, the one place that says what the field is for:
+
+* ``result`` (default): can change a run's results. Part of the run's identity (the run
+  id hashes it) and of the leaderboard's row variant (two values = two rows).
+* ``axis``: part of the identity, but the leaderboard lays it out as a table axis rather
+  than a variant: the data setting and resource label (columns, row labels) and the seed
+  (the replicates a cell averages over).
+* ``record``: changes what the record holds but not the quality a method reaches
+  (evaluation schedule, measuring FLOPs, the device): part of the identity, never a variant.
+* ``runtime``: how or where a run executes (output folder, threads, executor, workers,
+  checkpoint settings, data location): neither identity nor variant, and not stored in the
+  record's config sections.
+
+A field may also have a command-line flag (``flag=True``: ``--field-name``; or a string:
+that flag) whose help is the field's help; ``aliases`` are older names still accepted.
+The CLI's flags, ``fedbench list --fields``, the run id and the leaderboard's grouping all
+derive from this metadata (:func:`field_specs`).
+
+Values come from defaults, then a YAML file (sections ``run``, ``method``, ``task``), then
+``--set section.key=value`` overrides (parsed by the field's declared type, never as YAML);
+unknown keys are errors naming the valid ones.
 """
 
 from __future__ import annotations
@@ -12,6 +31,7 @@ import difflib
 import math
 import types
 import typing
+from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
@@ -19,11 +39,69 @@ import yaml
 from fedbench.errors import UserError
 
 
-def cfg_field(default: Any, help: str, **kw: Any) -> Any:
-    """A dataclass field with help text (mutable defaults go through a factory)."""
+RESULT, AXIS, RECORD, RUNTIME = "result", "axis", "record", "runtime"
+ROLES = (RESULT, AXIS, RECORD, RUNTIME)
+#: roles whose fields the run id hashes
+IDENTITY_ROLES = (RESULT, AXIS, RECORD)
+
+#: the bound of every integer field: a 64-bit signed integer (seeds, sizes, counts)
+INT_MAX = 2**63 - 1
+
+
+def cfg_field(default: Any, help: str, *, role: str = RESULT, flag: bool | str = False,
+              aliases: tuple[str, ...] = (), **kw: Any) -> Any:
+    """A dataclass field with help text, a role and optionally a CLI flag (mutable defaults
+    go through a factory)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    meta = {"help": help, "role": role, "flag": flag, "aliases": tuple(aliases)}
     if isinstance(default, (list, dict, set)):
-        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
-    return dataclasses.field(default=default, metadata={"help": help}, **kw)
+        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta, **kw)
+    return dataclasses.field(default=default, metadata=meta, **kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """What :func:`cfg_field` declared about one field of a config class."""
+
+    name: str
+    type: Any
+    default: Any
+    help: str
+    role: str
+    flag: str | None  # the command-line flag ("--per-round"), or None
+    aliases: tuple[str, ...]
+
+    @property
+    def in_identity(self) -> bool:
+        return self.role in IDENTITY_ROLES
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def field_specs(cls: type) -> list[FieldSpec]:
+    """Every field of config class ``cls`` with its declared role, flag and help."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        flag = f.metadata.get("flag", False)
+        name = ("--" + f.name.replace("_", "-")) if flag is True else (flag or None)
+        out.append(FieldSpec(f.name, hints[f.name], _default_of(f), f.metadata.get("help", ""),
+                             f.metadata.get("role", RESULT), name, tuple(f.metadata.get("aliases", ()))))
+    return out
+
+
+def values_with_roles(cls: type, values: Mapping[str, Any], roles: tuple[str, ...]) -> dict[str, Any]:
+    """The entries of ``values`` (a config as a dict) whose field in ``cls`` has one of
+    ``roles``; keys ``cls`` does not declare (an older record's fields) are left out."""
+    keep = {s.name for s in field_specs(cls) if s.role in roles}
+    return {k: v for k, v in values.items() if k in keep}
 
 
 class FieldError(UserError):
@@ -37,6 +115,11 @@ class FieldError(UserError):
     def __init__(self, name: str, value: Any, allowed: str):
         self.name, self.value, self.allowed = name, value, allowed
         super().__init__(f"bad value {_show(value)} for {name}: {allowed}")
+
+
+def _clip(value: Any, n: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[:n] + "...'"
 
 
 def _show(value: Any) -> str:
@@ -58,7 +141,9 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     """Turn a YAML / command-line value into the field's declared type.
 
     Booleans are not numbers, floats must be finite (NaN and infinity are refused for
-    every float field), lists accept ``a,b,c`` strings and single values.
+    every float field), integers fit in 64 bits (:data:`INT_MAX`) and are written in
+    decimal (``010`` is ten, as on the command line), lists accept ``a,b,c`` or
+    ``[a, b, c]`` strings and single values.
     """
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -84,7 +169,10 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         return value
     if origin in (list, tuple):
         if isinstance(value, str):
-            value = [v for v in value.split(",") if v.strip() != ""]
+            text = value.strip()
+            if text.startswith("[") and text.endswith("]"):
+                text = text[1:-1]
+            value = [v.strip() for v in text.split(",") if v.strip() != ""]
         elif isinstance(value, dict):
             raise UserError(f"bad value {value!r} for {name}: expected a list")
         elif not isinstance(value, (list, tuple)):
@@ -111,20 +199,25 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         try:
             if tp is int and isinstance(value, float) and not value.is_integer():
                 raise ValueError
-            out = int(value.strip()) if tp is int and isinstance(value, str) else tp(value)
+            if isinstance(value, str) and len(value) > 64:  # no 10,000-digit numbers
+                raise ValueError
+            out = int(value.strip(), 10) if tp is int and isinstance(value, str) else tp(value)
         except (TypeError, ValueError, OverflowError):
-            raise UserError(f"bad value {value!r} for {name}: expected {expected}") from None
+            raise UserError(f"bad value {_clip(value)} for {name}: expected {expected}") from None
         if tp is float and not math.isfinite(out):
             raise UserError(f"bad value {value!r} for {name}: must be a finite number (not NaN or infinity)")
+        if tp is int and abs(out) > INT_MAX:
+            raise UserError(f"bad value {_clip(value)} for {name}: must fit in 64 bits (|value| <= 2**63 - 1)")
         return out
     return value
 
 
 def build_config(cls: type, values: Mapping[str, Any] | None = None, section: str = "") -> Any:
     """Instantiate dataclass ``cls`` from a mapping, coercing types; unknown keys fail."""
-    values = dict(values or {})
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    alias = {a: f.name for f in fields.values() for a in f.metadata.get("aliases", ())}
+    values = {alias.get(k, k): v for k, v in (values or {}).items()}
     unknown = [k for k in values if k not in fields]
     if unknown:
         k = unknown[0]
@@ -154,18 +247,6 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg or {})
 
 
-def describe_fields(cls: type) -> list[tuple[str, Any, str]]:
-    """(name, default, help) for each field, for ``fedbench list --verbose``."""
-    out = []
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            d = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            d = f.default_factory()  # type: ignore[misc]
-        else:
-            d = None
-        out.append((f.name, d, f.metadata.get("help", "")))
-    return out
 
 
 SECTIONS = ("run", "method", "task")
@@ -174,7 +255,9 @@ SECTIONS = ("run", "method", "task")
 def parse_overrides(items: list[str] | None) -> dict[str, dict[str, Any]]:
     """``["method.t_rgd=2", "lr=0.1"]`` -> ``{"method": {"t_rgd": "2"}, "run": {"lr": "0.1"}}``.
 
-    A key without a section prefix belongs to the run config.
+    A key without a section prefix belongs to the run config. Values stay strings: the
+    field's declared type parses them (:func:`build_config`), so ``seed=010`` is ten and
+    ``roc=6:3:1`` a ratio, never YAML's octal or sexagesimal numbers.
     """
     out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     for item in items or []:
@@ -186,18 +269,72 @@ def parse_overrides(items: list[str] | None) -> dict[str, dict[str, Any]]:
         section = section or "run"
         if section not in SECTIONS:
             raise UserError(f"bad --set key {key!r}: section must be one of {', '.join(SECTIONS)}")
-        out[section][name] = yaml.safe_load(value) if value.strip() else ""
+        out[section][name] = value.strip()
     return out
 
 
-def load_yaml_config(path: str) -> dict[str, dict[str, Any]]:
+#: YAML aliases (``*name``) a config or preset may use: a few are handy, thousands are an
+#: expansion bomb (417 bytes of nested aliases expand to hundreds of megabytes)
+MAX_YAML_ALIASES = 100
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys and more than
+    :data:`MAX_YAML_ALIASES` aliases (PyYAML keeps the last duplicate silently)."""
+
+    aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_YAML_ALIASES:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"more than {MAX_YAML_ALIASES} aliases (*name): refused", self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                dup = key in seen
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                continue
+            if dup:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """The YAML document at ``path`` (``what`` names it in messages: "config file",
+    "sweep preset"), read safely: duplicate keys and alias bombs refused, any problem
+    (missing, a directory, not UTF-8, invalid YAML, nested too deeply) one
+    :class:`~fedbench.errors.UserError` line."""
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f) or {}
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except FileNotFoundError:
-        raise UserError(f"config file not found: {path}") from None
+        raise UserError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise UserError(f"{what} {path} is a directory, not a YAML file") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what} {path} is not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise UserError(f"{what} {path} cannot be read: {e.strerror or e}") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
-        raise UserError(f"config file {path} is not valid YAML: {yaml_error_line(e)}") from None
+        raise UserError(f"{what} {path} is not valid YAML: {yaml_error_line(e)}") from None
+    except RecursionError:
+        raise UserError(f"{what} {path} is nested too deeply") from None
+
+
+def load_yaml_config(path: str) -> dict[str, dict[str, Any]]:
+    data = read_yaml(path, "config file")
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
         raise UserError(f"config file {path}: expected a mapping with sections {', '.join(SECTIONS)}")
     bad = [k for k in data if k not in SECTIONS]
@@ -205,7 +342,7 @@ def load_yaml_config(path: str) -> dict[str, dict[str, Any]]:
         raise UserError(f"config file {path}: unknown section {bad[0]!r} (valid: {', '.join(SECTIONS)})")
     for s in SECTIONS:
         if data.get(s) is not None and not isinstance(data[s], dict):
-            raise UserError(f"config file {path}: section {s!r} must be a mapping of fields, got {data[s]!r}")
+            raise UserError(f"config file {path}: section {s!r} must be a mapping of fields, got {_clip(data[s])}")
     return {s: dict(data.get(s) or {}) for s in SECTIONS}
 
 

@@ -108,12 +108,20 @@ def read_record_status(path: str | os.PathLike) -> str | None:
             rec = json.load(fh)
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise RecordError(f"{path}: cannot be read ({err})") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise RecordError(f"{path}: cannot be read ({str(err)[:200] or type(err).__name__})") from None
     if not isinstance(rec, dict):
         raise RecordError(f"{path}: expected a JSON object, got {_type_name(rec)}")
     status = rec.get("status")
     return status if isinstance(status, str) else None
+
+
+def is_finished(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a readable record of a finished (``ok``) run."""
+    try:
+        return read_record_status(path) == "ok"
+    except (RecordError, OSError):
+        return False
 
 
 def _to_plain(value: Any, path: str) -> Any:
@@ -149,6 +157,25 @@ def _nonfinite_to_none(value: Any) -> Any:
     return value
 
 
+def fsync_replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Make the finished temp file ``tmp`` durable, then rename it over ``path`` and make
+    the rename durable too (fsync of the file, ``os.replace``, fsync of the folder): after
+    a crash or power loss ``path`` is the old file or the complete new one."""
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(Path(path).parent, os.O_RDONLY)
+    except OSError:  # a platform without directory descriptors
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` atomically: a temp file in the
     same directory, fsync, then ``os.replace``. Creates parent directories. Readers see
@@ -159,10 +186,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
+        fsync_replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)

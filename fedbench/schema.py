@@ -105,7 +105,13 @@ _SCHEMA = _Obj({
         "method_config": DICT,
         "task": STR,
         "task_config": DICT,
-        "run_config": _Opt(DICT),  # every resolved RunConfig field (the run id hashes them all)
+        "run_config": _Opt(DICT),  # the resolved RunConfig fields of the run's identity (no runtime field)
+        # every field that can change a result (role "result"), dotted (lr, method.lora_r, task.seq_len):
+        # the leaderboard's row variant
+        "variant": _Opt(DICT),
+        # where a run that was resumed started again: the round its checkpoint held, and a
+        # checkpoint that could not be read (moved aside; the run started over from round 0)
+        "resume": _Opt(_Obj({"from_round": INT, "discarded_checkpoint": STR_N}, nullable=True)),
         "setting": STR,
         "roc": STR_N,
         "capacities": _ListOf(INT, nullable=True),

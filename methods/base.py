@@ -100,6 +100,13 @@ class ClientUpdate:
     train_loss: float | None = None
 
 
+@dataclass(frozen=True)
+class Traffic:
+    down_bytes: int
+    up_bytes: int
+    down_variants: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass
 class MethodState:
     """Global state: adapter/head tensors plus method-specific serialisable extras."""
@@ -223,6 +230,12 @@ class Method:
             raise UserError(f"{type(self).__name__.lower()} trains only clients that can train all "
                             f"{self.ctx.n_layers} layers, and no client can (budgets {budgets}); "
                             f"give some client the full tier (e.g. --roc with a full-capacity share)")
+
+    def traffic(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor],
+                upload: Mapping[str, torch.Tensor]) -> "Traffic":
+        """What one client-round sends down and up (the one place traffic is declared)."""
+        return Traffic(self.down_bytes(plan, payload), payload_bytes(upload),
+                       dict(self.down_bytes_variants(plan, payload)))
 
     def down_bytes(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor]) -> int:
         """The headline down traffic of one client-round (``cost.traffic_mb_per_client_round``):

@@ -2,28 +2,38 @@
 the same command; it continues from its last finished round and ends with the record an
 uninterrupted run would have written (bit-exact metrics on CPU).
 
-After every ``run.checkpoint_every`` rounds the :class:`Checkpointer` callback writes,
-atomically, next to the run's record (``<run_id>.ckpt``): the global method state, the
-round log and client costs so far, the meter's measurements and the evaluation results;
-the clients' private state is flushed to the ClientStore's folder beside it
-(``<run_id>.clients/``, kept until the run ends ``ok``). Nothing else needs saving: every random draw of a round comes
-from a stream derived from (seed, purpose, round, client) (``runners/seeds.py``), not from
-a generator that carries state across rounds. The checkpoint is removed when the run ends
-``ok`` unless ``run.keep_checkpoints``.
+A checkpoint is the :class:`~fedbench.runners.state.RunState` (``state_dict()``: tensors
+and plain data only) plus the clients' private state, which the ClientStore flushes to its
+folder beside the record (``<run_id>.clients/``, kept until the run ends ``ok``). It is
+written atomically next to the record (``<run_id>.ckpt``: temp file, fsync, rename) after
+every ``run.checkpoint_every`` rounds by :class:`Checkpointer`, and read with
+``torch.load(weights_only=True)``: a checkpoint crafted to run code on load is refused
+like any other unreadable one. An unreadable checkpoint (truncated, empty, garbage,
+crafted) is named in one warning line, moved aside (``.ckpt.corrupt``) and the run starts
+over from round 0, which its record says (``run.resume``). Nothing else needs saving:
+every random draw of a round comes from a stream derived from (seed, purpose, round,
+client) (``runners/seeds.py``), not from a generator that carries state across rounds.
+The checkpoint is removed when the run ends ``ok`` unless ``run.keep_checkpoints``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import pickle
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from fedbench.methods.base import MethodState
+from fedbench.records import fsync_replace
 from fedbench.runners.callbacks import Callback
+from fedbench.runners.state import RoundLog, RunState
+from fedbench.runners.store import ClientStore
 
-VERSION = 2
+log = logging.getLogger(__name__)
+
+VERSION = 3
 
 
 def checkpoint_path(record_path: Path) -> Path:
@@ -31,52 +41,65 @@ def checkpoint_path(record_path: Path) -> Path:
 
 
 class Checkpointer(Callback):
-    def __init__(self, path: Path, every: int):
-        self.path, self.every = path, every
+    """Saves the run after every ``every`` rounds and after the last."""
 
-    def on_round_end(self, exp, log) -> None:
-        if self.every > 0 and (log.round % self.every == 0 or log.round == exp.run_cfg.rounds):
-            save(self.path, exp, log.round)
+    def __init__(self, path: Path, every: int, rounds: int, run_id: str, store: ClientStore, meter_state):
+        self.path, self.every, self.rounds, self.run_id, self.store = path, every, rounds, run_id, store
+        self.meter_state = meter_state  # () -> the worker meter's state_dict (or None)
+
+    def on_round_end(self, log_: RoundLog, state: RunState):
+        if self.every > 0 and (log_.round % self.every == 0 or log_.round == self.rounds):
+            state.meter = self.meter_state()
+            save(self.path, self.run_id, state, self.store)
+        return None
 
 
-def save(path: Path, exp, rnd: int) -> None:
-    blob: dict[str, Any] = {
-        "version": VERSION, "run_id": exp.run_id(), "round": rnd,
-        "state": {"tensors": exp.state.tensors, "extra": exp.state.extra},
-        "store_clients": exp.store.clients(), "logs": exp.history.logs, "costs": exp.history.costs,
-        "meter": exp.worker.meter, "last_eval": exp.last_eval, "initial_eval": exp.initial_eval,
-        "per_client": exp.per_client, "elapsed": exp.elapsed(),
-        "server": (exp.server.flops, exp.server.seconds),
-    }
-    exp.store.flush()  # the clients' private state: in the store's folder beside the record
+def save(path: Path, run_id: str, state: RunState, store: ClientStore) -> None:
+    store.flush()  # the clients' private state: in the store's folder beside the record
+    blob = {"version": VERSION, "run_id": run_id, "round": state.rounds_done, "state": state.state_dict(),
+            "store_clients": store.clients()}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".ckpt.tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(blob, tmp)
+        fsync_replace(tmp, path)
+    except BaseException:  # a full disk: the previous checkpoint stays as it was
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def restore(path: Path, exp) -> int:
-    """Load the checkpoint at ``path`` into ``exp`` (set up already); returns the round it
-    finished, or 0 when there is none for this run."""
+@dataclass
+class Restored:
+    state: RunState | None  # None: start from round 0
+    discarded: str | None = None  # the checkpoint moved aside because it could not be read
+
+
+def restore(path: Path, run_id: str, store: ClientStore, device: torch.device) -> Restored:
+    """The run state saved at ``path`` for ``run_id`` (its clients adopted by ``store``), or
+    a fresh start: no checkpoint, another run's or version's, or an unreadable one (moved
+    aside, named in a warning)."""
     if not path.exists():
-        exp.store.clear()  # a fresh start: no private state of an older attempt
-        return 0
-    blob = torch.load(path, map_location=exp.device, weights_only=False)
-    if blob.get("version") != VERSION or blob.get("run_id") != exp.run_id():
-        exp.store.clear()
-        return 0
-    exp.state = MethodState(blob["state"]["tensors"], blob["state"]["extra"])
-    exp.store.adopt(blob["store_clients"])
-    exp.history.logs[:] = blob["logs"]
-    exp.history.costs[:] = blob["costs"]
-    if exp.worker.meter is not None and blob["meter"] is not None:
-        exp.worker.meter.__dict__.update(blob["meter"].__dict__)
-    exp.last_eval, exp.initial_eval = blob["last_eval"], blob["initial_eval"]
-    if blob["per_client"] is not None:
-        exp.per_client = blob["per_client"]
-    exp.server.flops, exp.server.seconds = blob["server"]
-    exp.elapsed_before = blob["elapsed"]
-    return int(blob["round"])
+        store.clear()  # a fresh start: no private state of an older attempt
+        return Restored(None)
+    try:
+        blob = torch.load(path, map_location=device, weights_only=True)
+        if not isinstance(blob, dict):
+            raise ValueError(f"not a checkpoint (a {type(blob).__name__})")
+        if blob.get("version") != VERSION or blob.get("run_id") != run_id:
+            store.clear()
+            return Restored(None)
+        state = RunState.from_state_dict(blob["state"])
+        store.adopt([int(c) for c in blob["store_clients"]])
+    except (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, KeyError, TypeError, AttributeError,
+            OSError) as e:
+        aside = path.with_suffix(".ckpt.corrupt")
+        os.replace(path, aside)
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        log.warning("checkpoint %s cannot be read (%s): moved aside to %s; the run starts again from round 0",
+                    path, reason[:200], aside.name)
+        store.clear()
+        return Restored(None, discarded=f"{path.name}: {reason[:200]}")
+    return Restored(state)
 
 
 def remove(path: Path) -> None:

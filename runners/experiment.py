@@ -1,344 +1,229 @@
-"""An Experiment: one run of a method on a task, from resolved configs to its record.
+"""An Experiment: one run of a method on a task, from its spec to its record.
 
-It resolves the configs, loads the task's data once, partitions it (and splits each
-client's share into local train/val/test where asked), assigns tiers, holds out the
-server's test examples, builds the model pool, the method, the client store and the
-worker, hands the rounds to an engine (``run.runner``: :data:`~fedbench.runners.engine.ENGINES`)
-and builds the record. It never trains a client itself: the worker does.
+It loads the task's data once, builds the federation (partition, local splits, the
+server's hold-out), the model pool, the tiers, the method and the worker (one builder:
+:meth:`~fedbench.runners.worker.WorkerSpec.build`, the same the Ray actors use), the
+client store, the evaluator and the executor (``run.executor``:
+:data:`~fedbench.runners.executor.EXECUTORS`), then hands the rounds to the one round
+loop (:func:`~fedbench.runners.rounds.run_rounds`) and writes the record. It never trains
+a client itself: the worker does.
 
 A run always ends with a result record: ``ok``, or ``failed`` (exception, NaN loss,
-divergence, CUDA OOM) / ``cancelled`` (Ctrl-C, SIGTERM) with the rounds it finished.
+divergence, CUDA OOM) / ``cancelled`` (Ctrl-C, SIGTERM) with the rounds it finished. A
+record that says ``ok`` is never replaced by one that does not: the failed or cancelled
+re-run of a finished run leaves the finished record as it was.
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
 import logging
-import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 
-import fedbench
-from fedbench.config import build_config, config_to_dict
-from fedbench.errors import UserError
-from fedbench.methods import METHODS
-from fedbench.methods.base import Method, MethodContext, MethodState
 from fedbench import records
+from fedbench.errors import UserError
 from fedbench.runners import checkpoint
-from fedbench.runners.callbacks import Callback, Diverged, DivergenceGuard, History
-from fedbench.runners.config import RunConfig
-from fedbench.runners.engine import ENGINES
-from fedbench.runners import ray_engine  # noqa: F401 - registers the "ray" engine (imports ray only when used)
-from fedbench.runners.environment import env_info, git_info, resolve_device, resolve_threads, run_identity
-from fedbench.runners.seeds import rng_for
+from fedbench.runners import ray_executor  # noqa: F401 - registers the "ray" executor (imports ray only when used)
+from fedbench.runners.callbacks import Callback, DivergenceGuard
+from fedbench.runners.environment import resolve_device, resolve_threads
+from fedbench.runners.evaluation import Evaluator
+from fedbench.runners.executor import EXECUTORS, Executor
+from fedbench.runners.federation import Federation, build_federation
+from fedbench.runners.report import Outcome, build_record
+from fedbench.runners.rounds import Loop, run_rounds
 from fedbench.runners.server import ServerTools
+from fedbench.runners.signals import Cancelled, SignalGuard, cancel_on_signals
+from fedbench.runners.spec import RunSpec, build_spec
+from fedbench.runners.state import RunState
 from fedbench.runners.store import ClientStore
-from fedbench.runners.summary import cost_section, results_section, target_section
-from fedbench.runners.tiers import TierAssigner, tier_ranks_for
-from fedbench.runners.train import NonFiniteLoss, TrainSettings
-from fedbench.runners.worker import ClientWorker, EvalJob, ModelPool, WorkerSpec, evaluate_model
-from fedbench.tasks import TASKS
-from fedbench.tasks.base import EvalResult, Task, TaskData, subset
-from fedbench.tasks.local_split import split_local
-from fedbench.tasks.partition import n_clients_for, parse_setting, partition
+from fedbench.runners.tiers import TierAssigner
+from fedbench.runners.train import NonFiniteLoss
+from fedbench.runners.worker import ClientWorker, ModelPool, WorkerSpec
+from fedbench.tasks.base import TaskData
 
 log = logging.getLogger(__name__)
 
 
-class Cancelled(KeyboardInterrupt):
-    """SIGTERM (what schedulers and ``timeout`` send), handled like Ctrl-C."""
-
-
 class Experiment:
-    def __init__(self, method: str, task: str, run: RunConfig | dict | None = None,
-                 method_config: dict | None = None, task_config: dict | None = None,
+    """One run. ``Experiment(spec)`` or ``Experiment(method, task, run, method_config,
+    task_config)`` (built into a spec by :func:`~fedbench.runners.spec.build_spec`).
+    ``callbacks``: extra :class:`~fedbench.runners.callbacks.Callback` objects; ``data``:
+    the task's data loaded already (a sweep loads a task once)."""
+
+    def __init__(self, method: str | RunSpec, task: str | None = None, run: Mapping[str, Any] | None = None,
+                 method_config: Mapping[str, Any] | None = None, task_config: Mapping[str, Any] | None = None,
                  callbacks: list[Callback] | None = None, data: TaskData | None = None):
-        self.method_key = METHODS.resolve(method)
-        self.task_key = TASKS.resolve(task)
-        self.run_cfg = run if isinstance(run, RunConfig) else build_config(RunConfig, run or {}, "run")
-        ENGINES.resolve(self.run_cfg.runner)
-        self.method_cls: type[Method] = METHODS.get(self.method_key)
-        task_cls: type[Task] = TASKS.get(self.task_key)
-        self.task_cfg = build_config(task_cls.config_cls, task_config or {}, "task")
-        self.task: Task = task_cls(self.task_cfg)
-        mcfg = build_config(self.method_cls.config_cls, method_config or {}, "method")
-        self.method_cfg = self.method_cls.resolve_config(mcfg, self.task.kind)
-        if self.task.kind not in self.method_cls.task_kinds:
-            raise UserError(f"method {self.method_key!r} does not support {self.task.kind} tasks like {self.task_key!r}")
-        missing = [a for a in self.method_cls.needs_archs if a not in self.task.archs()]
+        self.spec = method if isinstance(method, RunSpec) else build_spec(method, task, run, method_config,
+                                                                          task_config)
+        spec = self.spec
+        self.task = spec.task_cls(spec.task_config)
+        missing = [a for a in spec.method_cls.needs_archs if a not in self.task.archs()]
         if missing:
-            raise UserError(f"method {self.method_key!r} needs the architectures {', '.join(missing)}, which task "
-                            f"{self.task_key!r} does not offer with this config (it has: {', '.join(self.task.archs())})")
-        self.setting = parse_setting(self.run_cfg.setting)
-        self.history = History()
-        self.callbacks: list[Callback] = [self.history, DivergenceGuard(self.run_cfg.divergence_factor)]
-        self.callbacks += list(callbacks or [])
-        self.device = resolve_device(self.run_cfg.device)
-        self.data = data  # a sweep may pass the task's data loaded once
-        d, r = self.task.run_defaults, self.run_cfg
-        self.clients = r.clients if r.clients is not None else d.get("clients", 10)
-        self.local_split = r.local_split or ("8:1:1" if self.method_cls.evaluation == "local" else None)
-        self.threads = resolve_threads(r.threads, self.task.tiny)
-        self.train = TrainSettings(
-            local_epochs=r.local_epochs, batch_size=r.batch_size or d.get("batch_size", 32),
-            optimizer=r.optimizer or d.get("optimizer", "adamw"), lr=r.lr or d.get("lr", 1e-3),
-            momentum=r.momentum, weight_decay=r.weight_decay, grad_clip=r.grad_clip, max_steps=r.max_steps,
-        )
-        self.tier_ranks = tier_ranks_for(r.tier_ranks, self.task.kind)  # None = the paper's, by task kind
-        self.last_eval: EvalResult | None = None
-        self.initial_eval: EvalResult | None = None
-        self.state: MethodState | None = None  # the global state after the last finished round
-        self.per_client: dict[int, float] | None = None  # local evaluation: each client's score
-        self.elapsed_before = 0.0  # seconds spent before a resume (from the checkpoint)
-        # set up by setup(); a run that fails before the end of it still writes its record
-        # from what was set
-        self.n_clients: int | None = None
-        self.per_round: int | None = None
-        self.part = None
+            raise UserError(f"method {spec.method!r} needs the architectures {', '.join(missing)}, which task "
+                            f"{spec.task!r} does not offer with this config (it has: {', '.join(self.task.archs())})")
+        EXECUTORS.resolve(spec.run.executor)
+        self.device = resolve_device(spec.run.device)
+        self.threads = resolve_threads(spec.run.threads, self.task.tiny)
+        self.user_callbacks = list(callbacks or [])
+        self.data = data
+        # set up by setup(); a run that fails before the end of it still writes its record from what was set
+        self.fed: Federation | None = None
         self.tiers: TierAssigner | None = None
-        self.sizes: list[int] = []
-        self.holdout_indices: list[int] = []
-        self.proxy_indices: list[int] = []
-        self.server: ServerTools | None = None
-        self.method: Method | None = None
         self.worker: ClientWorker | None = None
         self.store: ClientStore | None = None
-        self._t_start = time.perf_counter()
+        self.server: ServerTools | None = None
+        self.state: RunState | None = None
 
-    # ------------------------------------------------------------------ identity
-    def resolved_run(self) -> dict[str, Any]:
-        """Every RunConfig field, defaults resolved (what the record and the run id hold)."""
-        d = config_to_dict(self.run_cfg)
-        d.update(clients=self.clients, batch_size=self.train.batch_size, optimizer=self.train.optimizer,
-                 lr=self.train.lr, local_split=self.local_split, tier_ranks=self.tier_ranks)
-        return d
+    # -- shortcuts --------------------------------------------------------------------------
+    @property
+    def method(self):
+        return None if self.worker is None else self.worker.method
 
-    def run_id(self) -> str:
-        return run_identity(self.method_key, config_to_dict(self.method_cfg), self.task_key,
-                            config_to_dict(self.task_cfg), self.resolved_run())
+    @property
+    def pool(self):
+        return None if self.worker is None else self.worker.pool
+
+    @property
+    def am(self):
+        """The driver's model of the default architecture (global model, evaluation)."""
+        return None if self.worker is None else self.worker.pool.get()
 
     def record_path(self) -> Path:
-        return records.record_path(self.run_cfg.out, {"run": {"task": self.task_key, "method": self.method_key,
-                                                             "run_id": self.run_id()}})
+        return self.spec.record_path()
 
-    # ------------------------------------------------------------------ set-up
+    # -- set-up ------------------------------------------------------------------------------
     def setup(self) -> None:
-        r = self.run_cfg
+        spec, r = self.spec, self.spec.run
         torch.set_num_threads(self.threads)
         np.random.seed(r.seed % 2**32)  # third-party code (timm, peft) may draw from these
         torch.manual_seed(r.seed)
         if self.data is None:
             self.data = self.task.load()
-        n_domains = None if self.data.domain_names is None else len(self.data.domain_names)
-        if self.setting.needs_domains and self.data.train_domains is None:
-            raise UserError(f"setting {self.setting.raw!r} needs a task with domains; {self.task_key!r} has none")
-        self.n_clients = n_clients_for(self.setting, self.clients, n_domains)
-        if r.per_round is not None and r.per_round > self.n_clients:
-            raise UserError(f"--per-round {r.per_round} > number of clients {self.n_clients}")
-        self.per_round = min(self.n_clients, r.per_round or min(10, self.n_clients))
-        self.part = partition(self.setting, self.data.train_labels, self.n_clients, r.seed,
-                              domains=self.data.train_domains, n_classes=self.data.n_classes)
-        self.local = split_local(self.part.client_indices, self.local_split, r.seed) if self.local_split else None
-        self.train_indices = self.local.train if self.local else self.part.client_indices
-        self.sizes = [int(len(ix)) for ix in self.train_indices]
-        mc = self.method_cfg
-        self.pool = ModelPool(self.task, self.data, (mc.lora_r, mc.lora_alpha, mc.lora_dropout, mc.lora_targets),
-                              r.seed, self.device)
-        self.am = self.pool.get()  # the default architecture: global model, server tools, evaluation
+        self.fed = fed = build_federation(spec, self.task.server_holdout, self.data)
+        wspec = WorkerSpec.of(spec, str(self.device), self.threads)
+        pool = ModelPool(self.task, self.data, spec.lora, r.seed, self.device)
+        am = pool.get()
         self.tiers = TierAssigner(
-            self.n_clients, self.am.bundle.n_layers, roc=r.roc, capacities=r.capacities, dynamic=r.dynamic,
-            tier_fractions=list(r.tier_fractions), tier_ranks=self.tier_ranks, max_rank=mc.lora_r, seed=r.seed,
+            fed.n_clients, am.bundle.n_layers, roc=r.roc, capacities=r.capacities, dynamic=r.dynamic,
+            tier_fractions=list(r.tier_fractions), tier_ranks=r.tier_ranks, max_rank=spec.lora.r, seed=r.seed,
         )
-        proxy = self._hold_out()
-        self.server = ServerTools(self.am, self.task, proxy, self.device)
-        self.ctx = MethodContext(
-            n_layers=self.am.bundle.n_layers, layer_keys=self.am.layer_keys, head_keys=self.am.head_keys,
-            profiles=self.tiers.static_profiles(self.sizes), lora_r=mc.lora_r, lora_alpha=mc.lora_alpha,
-            task_kind=self.task.kind, server=self.server, block_bytes=self.am.block_bytes, rounds=r.rounds,
-            init_head=self.task.init_head,
-            n_classes=self.data.n_classes, data_info=dict(self.data.info),
-        )
-        self.method = self.method_cls(self.method_cfg, self.ctx)
-        self.method.check_tiers(self.tiers.reachable_profiles(self.sizes))
-        self.pool.set_method(self.method)
-        self.ctx.extra_keys = list(self.am.extra_keys)
-        self.worker = ClientWorker(self.pool, self.method, WorkerSpec(self.train, r.measure_flops))
+        profiles = self.tiers.static_profiles(fed.sizes)
+        self.server = ServerTools(am, self.task, fed.proxy, self.device)
+        self.worker = wspec.build(self.data, profiles, server=self.server, pool=pool)
+        self.worker.method.check_tiers(self.tiers.reachable_profiles(fed.sizes))
         self.store = ClientStore(self.record_path().with_suffix(".clients"), int(r.store_memory_mb * 1e6))
+        self.evaluator = Evaluator(self.worker.method, self.task, am, fed, self.store, self.data.domain_names)
+        self._wspec, self._profiles = wspec, profiles
 
-    def _hold_out(self):
-        """Take the server's examples out of the test split, for every method alike.
+    def _executor(self) -> Executor:
+        return EXECUTORS.get(self.spec.run.executor)(self.worker, self._wspec, self.data, self._profiles)
 
-        ``run.server_holdout`` (default: the task's paper size, at most half the split) test
-        examples, drawn with the run seed, are never evaluated, whether or not the method's
-        server uses them, so every method on a task and seed is scored on the same examples.
-        A method with a proxy set (FIM-HLA) uses the first ``proxy_size_for`` of them.
-        Returns that proxy set, or None."""
-        test = self.data.test
-        n_test, given = len(test), self.run_cfg.server_holdout
-        n_hold = min(self.task.server_holdout, n_test // 2) if given is None else given
-        if n_hold >= n_test:
-            raise UserError(f"run.server_holdout={n_hold} leaves nothing to evaluate (test split: {n_test})")
-        need = self.method_cls.proxy_size_for(self.method_cfg, n_hold)
-        if need > n_hold:
-            raise UserError(f"{self.method_key} needs a proxy set of {need} examples but the server holds out "
-                            f"{n_hold} (set run.server_holdout >= {need})")
-        perm = rng_for(self.run_cfg.seed, "holdout").permutation(n_test)
-        held, keep = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
-        self.holdout_indices = held.tolist()
-        self.proxy_indices = np.sort(perm[:need]).tolist()
-        self.test = subset(test, keep) if n_hold else test
-        self.test_domains = None if self.data.test_domains is None else self.data.test_domains[keep]
-        return subset(test, np.asarray(self.proxy_indices, dtype=np.int64)) if need else None
-
-    # ------------------------------------------------------------------ run
-    def elapsed(self) -> float:
-        """Wall seconds of this run, including those before a resume."""
-        return self.elapsed_before + time.perf_counter() - self._t_start
-
+    # -- run ---------------------------------------------------------------------------------
     def run(self) -> tuple[dict, Path]:
-        """Run (or resume from its checkpoint) and write the record."""
-        self._t_start = time.perf_counter()
-        status, error = "ok", None
-        engine = None
+        """Run (or resume from its checkpoint) and write the record. A finished ``ok``
+        record of the same run is never replaced by a failed or cancelled one. The first
+        SIGTERM or Ctrl-C from here on (set-up included) cancels the run; later ones
+        cannot stop the record from being written."""
+        with cancel_on_signals() as guard:
+            return self._run(guard)
+
+    def _run(self, guard: SignalGuard) -> tuple[dict, Path]:
+        t_start = time.perf_counter()
+        spec = self.spec
+        status, error, executor, resume = "ok", None, None, None
         ckpt = checkpoint.checkpoint_path(self.record_path())
         try:
-            with _sigterm_as_cancel():
-                self.setup()
-                engine = ENGINES.get(self.run_cfg.runner)(self)
-                self.state = self.method.init_state(self.am.read(self.am.all_keys + self.method.base_weights_needed()))
-                done = checkpoint.restore(ckpt, self)
-                if done:
-                    log.info("resuming %s from its checkpoint after round %d", self.run_id(), done)
-                elif self.run_cfg.eval_initial:
-                    self.initial_eval = self.evaluate(self.state, engine)
-                if self.run_cfg.checkpoint_every:
-                    self.callbacks.append(checkpoint.Checkpointer(ckpt, self.run_cfg.checkpoint_every))
-                for cb in self.callbacks:
-                    cb.on_run_start(self, self.run_cfg.rounds)
-                engine.run(self.state, done + 1)
+            self.setup()
+            executor = self._executor()
+            m = self.worker.method
+            init = m.init_state(self.am.read(self.am.all_keys + m.base_weights_needed()))
+            restored = checkpoint.restore(ckpt, spec.run_id, self.store, self.device)
+            self.state = restored.state or RunState(init)
+            if restored.state is not None:
+                resume = {"from_round": self.state.rounds_done, "discarded_checkpoint": None}
+                if self.worker.meter is not None and self.state.meter is not None:
+                    self.worker.meter.load_state_dict(self.state.meter)
+                log.info("resuming %s from its checkpoint after round %d", spec.run_id, self.state.rounds_done)
+            else:
+                if restored.discarded:
+                    resume = {"from_round": 0, "discarded_checkpoint": restored.discarded}
+                if spec.run.eval_initial:
+                    self.state.initial_eval, _ = self.evaluator.evaluate(self.state.method, executor)
+            loop = self._loop(executor, ckpt)
+            for cb in loop.callbacks:
+                cb.on_run_start(spec, self.state)
+            stop = run_rounds(loop, self.state, self.state.rounds_done + 1)
+            if stop is not None:
+                status, error = stop.status, stop.reason
         except KeyboardInterrupt as e:
             status, error = "cancelled", "terminated (SIGTERM)" if isinstance(e, Cancelled) else "interrupted (Ctrl-C)"
-        except (NonFiniteLoss, Diverged) as e:
-            status, error = "failed", f"{e} in round {len(self.history.logs) + 1}"
+        except NonFiniteLoss as e:
+            status, error = "failed", f"{e} in round {self._rounds_done() + 1}"
         except torch.cuda.OutOfMemoryError as e:
             status, error = "failed", "CUDA out of memory: " + str(e).splitlines()[0]
         except UserError as e:
-            if engine is None:  # bad input found while setting up: one line, exit 2, no record
+            if executor is None:  # bad input found while setting up: one line, exit 2, no record
                 raise
             status, error = "failed", str(e)  # bad data found while training (e.g. an unreadable image)
         except Exception as e:  # noqa: BLE001 - any failure still leaves a record
             log.exception("run failed")
             status, error = "failed", f"{type(e).__name__}: {e}"
         finally:
-            if engine is not None:
-                engine.close()
+            guard.hold()  # from here on a signal cannot interrupt writing the record
+            counts = executor.meter_counts() if executor is not None else (0, 0)
+            if executor is not None:
+                executor.close()
             if self.store is not None:
                 # the private state stays on disk for a resume unless the run ended ok
-                done_ok = status == "ok" and not self.run_cfg.keep_checkpoints
+                done_ok = status == "ok" and not spec.run.keep_checkpoints
                 self.store.close() if done_ok else self.store.release()
-        rec = self.record(status, error, self.elapsed())
-        path = records.record_path(self.run_cfg.out, rec)
-        records.write_record(rec, path)
-        if status == "ok" and not self.run_cfg.keep_checkpoints:
+        if self.state is not None and self.server is not None:
+            self.state.server_flops, self.state.server_seconds = self.server.flops, self.server.seconds
+        elapsed = (self.state.elapsed_before if self.state else 0.0) + time.perf_counter() - t_start
+        rec = self.record(Outcome(status, error, elapsed, self.device, self.threads, counts, resume))
+        path = self.write(rec)
+        if status == "ok" and not spec.run.keep_checkpoints:
             checkpoint.remove(ckpt)
-        for cb in self.callbacks:
-            cb.on_run_end(self, rec)
+        for cb in self.user_callbacks:
+            cb.on_run_end(rec)
         return rec, path
 
-    # ------------------------------------------------------------------ evaluation
-    def evaluate(self, state: MethodState, engine) -> EvalResult:
-        """Global evaluation (the global model on the test split), or local evaluation
-        (every client's model on its own local test split, mean over clients)."""
-        if self.method.evaluation == "local":
-            return self._evaluate_local(state, engine)
+    def _loop(self, executor: Executor, ckpt: Path) -> Loop:
+        r = self.spec.run
+        callbacks: list[Callback] = [DivergenceGuard(r.divergence_factor)]
+        if r.checkpoint_every:
+            meter = self.worker.meter
+            callbacks.append(checkpoint.Checkpointer(ckpt, r.checkpoint_every, r.rounds, self.spec.run_id, self.store,
+                                                     lambda: None if meter is None else meter.state_dict()))
+        callbacks += self.user_callbacks
+        return Loop(r.seed, r.rounds, r.eval_every, self.fed, self.tiers, self.worker.method, self.store, executor,
+                    self.evaluator, callbacks, self.device)
+
+    def _rounds_done(self) -> int:
+        return self.state.rounds_done if self.state else 0
+
+    def record(self, outcome: Outcome) -> dict:
         m = self.method
-        return evaluate_model(self.am, m, self.task, m.eval_tensors(state), self.test, self.test_domains,
-                              self.data.domain_names, m.eval_blocks(state))
+        archs = {c: self.pool.arch(m.client_arch(c)) for c in range(self.fed.n_clients)} if m is not None else {}
+        return build_record(self.spec, outcome, self.state, self.fed, self.tiers, m, archs)
 
-    def _evaluate_local(self, state: MethodState, engine) -> EvalResult:
-        from fedbench.methods.base import ClientPlan
-
-        tensors = self.method.eval_tensors(state)
-
-        def jobs():  # one client's private state in memory at a time (it may be on disk)
-            for c in range(self.n_clients):
-                arch = self.method.client_arch(c)
-                keys = self.method.private_keys(ClientPlan(c, 0, (), arch=arch))
-                yield EvalJob(c, arch, tensors, self.store.get(c), self.local.test[c], keys)
-
-        results = engine.evaluate_local(jobs())
-        self.per_client = {c: r.value for c, r in enumerate(results)}
-        vals = np.array(list(self.per_client.values()), dtype=np.float64)
-        name = results[0].metric_name if results else self.task.metric_name
-        extra = {"worst_client": float(vals.min())}
-        for key in sorted({k for r in results for k in r.extra}):  # e.g. every named output of eval_logits
-            got = [r.extra[key] for r in results if key in r.extra and np.isfinite(r.extra[key])]
-            if got:
-                extra[key] = float(np.mean(got))  # mean over clients, like the headline
-        return EvalResult(name, float(vals.mean()), None, extra)
-
-    # ------------------------------------------------------------------ record
-    def record(self, status: str, error: str | None, seconds_total: float) -> dict:
-        rec = records.empty_record()
-        r = self.run_cfg
-        commit, dirty = git_info()
-        part, tiers, method = self.part, self.tiers, self.method
-        logs, costs = self.history.logs, [c for _, c in self.history.costs]
-        archs = {c: self.pool.arch(method.client_arch(c)) for c in range(self.n_clients)} if method is not None else {}
-        rec["status"], rec["error"] = status, error
-        rec["run"].update(
-            run_id=self.run_id(), method=self.method_key, method_config=config_to_dict(self.method_cfg),
-            task=self.task_key, task_config=config_to_dict(self.task_cfg), run_config=self.resolved_run(),
-            setting=self.setting.raw, roc=r.roc, capacities=list(r.capacities) if r.capacities else None,
-            dynamic=r.dynamic, n_clients=self.clients if self.n_clients is None else self.n_clients,
-            clients_per_round=(r.per_round or 0) if self.per_round is None else self.per_round, rounds=r.rounds,
-            rounds_completed=len(logs), local_epochs=r.local_epochs, batch_size=self.train.batch_size,
-            optimizer=self.train.optimizer, lr=self.train.lr, seed=r.seed, device=str(self.device), runner=r.runner,
-            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            fedbench_version=fedbench.__version__, git_commit=commit, git_dirty=dirty,
-            partition_fingerprint=part.fingerprint if part else None,
-            client_tiers={str(c): int(t) for c, t in enumerate(tiers.assignment)} if tiers else {},
-            tiers=tiers.describe() if tiers else [], tier_counts=tiers.counts() if tiers else {},
-            resource_label=(r.roc or (",".join(map(str, r.capacities)) if r.capacities else "-"))
-            + (" dyn" if r.dynamic else ""),
-            holdout_indices=self.holdout_indices, proxy_indices=self.proxy_indices,
-            client_sizes=self.sizes, client_archs={str(c): a for c, a in archs.items()},
-            sampled_clients=[l.sampled for l in logs],
-            method_layout=method.layout() if method is not None else {},
-        )
-        rec["results"].update(results_section(
-            logs, self.last_eval, self.initial_eval, self.task.metric_name, self.method_cls.evaluation,
-            self.per_client, archs))
-        rec["results"]["target"] = target_section(r.target_metric, logs, self.history.costs)
-        meter = self.worker.meter if self.worker is not None else None
-        server = self.server
-        rec["cost"].update(cost_section(costs, logs, self.device.type, server.flops if server else 0.0,
-                                        server.seconds if server else 0.0, seconds_total,
-                                        meter.measured if meter else 0, meter.reused if meter else 0))
-        rec["env"] = env_info(self.device, self.threads)
-        return rec
-
-
-@contextlib.contextmanager
-def _sigterm_as_cancel():
-    """SIGTERM raises :class:`Cancelled` (in the main thread only; elsewhere unchanged)."""
-    def handler(signum, frame):
-        raise Cancelled()
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    def write(self, rec: dict) -> Path:
+        """Write ``rec`` at the run's record path, unless that would replace a finished
+        (``ok``) record with one that is not: then the new one goes beside it
+        (``<run_id>.<status>.json``) and the finished one stays byte-identical."""
+        path = self.record_path()
+        if rec["status"] != "ok" and records.is_finished(path):
+            path = path.with_suffix(f".{rec['status']}.json")
+            log.warning("run %s ended %s; its finished record is kept and this one is written to %s",
+                        self.spec.run_id, rec["status"], path)
+        try:
+            return records.write_record(rec, path)
+        except OSError as e:
+            raise UserError(f"cannot write the record {path}: {e.strerror or e}") from None
 
 
 __all__ = ["Cancelled", "Experiment"]

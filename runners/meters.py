@@ -142,4 +142,5 @@ class ClientCost:
     up_bytes: int = 0
     down_variants: dict = field(default_factory=dict)  # label -> down bytes counted another way (Method.down_bytes_variants)
     train_loss: float | None = None
+    first_loss: float | None = None  # the loss of its first step, before any update of this client-round
     breakdown: dict = field(default_factory=dict)

@@ -15,40 +15,44 @@ then force-cancels what is left and shuts Ray down, leaving no worker behind.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 from collections import deque
 from typing import Callable
 
-from fedbench.runners.ray_engine import init_ray, require_ray, runtime_env
+from fedbench.runners.ray_executor import init_ray, require_ray, runtime_env
+from fedbench.runners.report import Outcome
+from fedbench.runners.signals import cancel_on_signals
+from fedbench.runners.spec import RunSpec
+from fedbench.runners.sweep import SweepRun
 
 
-def _run_one(r: dict, cpus: float) -> tuple[str, str, str]:
+def _run_one(spec: RunSpec, cpus: float) -> tuple[str, str, str]:
     """One run in a Ray worker: (status, record path, summary line)."""
+    import dataclasses
+
     import torch
 
-    from fedbench.runners.cli import execute, summary_line
+    from fedbench.runners.commands import execute, summary_line
     from fedbench.runners.environment import resolve_threads
-    from fedbench.tasks import TASKS
 
-    run = dict(r["run"])
-    if run.get("threads") is None:  # the cores given to the run (1 for the tiny tasks); not in the run id
-        run["threads"] = min(max(1, int(cpus)), resolve_threads(None, TASKS.get(r["task"]).tiny))
-    torch.set_num_threads(run["threads"])
-    rec, path = execute(r["method"], r["task"], run, r["method_config"], r["task_config"], progress=False)
+    if spec.run.threads is None:  # the cores given to the run (1 for the tiny tasks); not in the run id
+        threads = min(max(1, int(cpus)), resolve_threads(None, spec.task_cls.tiny))
+        spec = dataclasses.replace(spec, run=dataclasses.replace(spec.run, threads=threads))
+    torch.set_num_threads(spec.run.threads)
+    rec, path = execute(spec, progress=False)
     return rec["status"], str(path), summary_line(rec, path)
 
 
-def _record_crash(r: dict, error: str) -> tuple[str, str]:
+def _record_crash(spec: RunSpec, error: str) -> tuple[str, str]:
     """A run whose worker died before it wrote its record: a ``failed`` record from here."""
-    from fedbench import records
     from fedbench.runners.experiment import Experiment
 
-    exp = Experiment(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
-    rec = exp.record("failed", error, 0.0)
-    path = records.record_path(exp.run_cfg.out, rec)
-    records.write_record(rec, path)
+    exp = Experiment(spec)
+    rec = exp.record(Outcome("failed", error, 0.0, exp.device, exp.threads))
+    path = exp.write(rec)
     return str(path), f"FAILED: {error} -> {path}"
 
 
@@ -56,12 +60,11 @@ def _gpus_default(ray) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
 
 
-def run_sweep(runs: list[dict], labels: list[str], args, warn: Callable[[str], None]) -> int:
+def run_sweep(runs: list[SweepRun], args, warn: Callable[[str], None]) -> int:
     """Run the sweep's runs that are not done as Ray tasks; returns the exit status
     (0 all ok, 1 some failed, 130 cancelled)."""
     from fedbench.errors import UserError
     from fedbench.runners import sweep
-    from fedbench.runners.experiment import Experiment, _sigterm_as_cancel
 
     ray = require_ray()
     workers = args.workers
@@ -74,14 +77,15 @@ def run_sweep(runs: list[dict], labels: list[str], args, warn: Callable[[str], N
         raise UserError(f"--gpus-per-run must be a number >= 0; got {args.gpus_per_run}")
 
     todo, done = deque(), 0
-    for i, (r, name) in enumerate(zip(runs, labels), 1):
-        label = f"[{i}/{len(runs)}] {name}"
-        path = Experiment(r["method"], r["task"], r["run"], r["method_config"], r["task_config"]).record_path()
+    for i, r in enumerate(runs, 1):
+        label = f"[{i}/{len(runs)}] {r.label}"
+        path = r.spec.record_path()
         if sweep.is_done(path, warn):
             print(f"{label}: done ({path})")
             done += 1
         else:  # the records directory as this process sees it, whatever the worker's directory
-            todo.append((label, {**r, "run": {**r["run"], "out": os.path.abspath(str(r["out_dir"]))}}))
+            todo.append((label, dataclasses.replace(
+                r.spec, run=dataclasses.replace(r.spec.run, out=os.path.abspath(r.spec.run.out)))))
     if not todo:
         print(f"sweep: {len(runs)} runs, {done} already done, 0 failed")
         return 0
@@ -106,7 +110,7 @@ def run_sweep(runs: list[dict], labels: list[str], args, warn: Callable[[str], N
     failed = 0
     cancelled = False
     try:
-        with _sigterm_as_cancel():
+        with cancel_on_signals():
             while todo or pending:
                 while todo and len(pending) < cap:
                     label, r = todo.popleft()

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fedbench.runners.callbacks import RoundLog
+from fedbench.runners.state import RoundLog
 from fedbench.runners.meters import ClientCost
 from fedbench.tasks.base import EvalResult
 

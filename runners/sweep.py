@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedbench.config import yaml_error_line
+from fedbench.config import read_yaml
 from fedbench.errors import UserError
+from fedbench.runners.spec import RunSpec, build_spec
 
 #: key -> what it holds (for messages)
 PRESET_KEYS = {
@@ -34,20 +36,8 @@ PRESET_KEYS = {
 
 
 def load_preset(path: str | Path) -> dict:
-    """Read a preset file: a YAML mapping. Missing file or invalid YAML: one line."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise UserError(f"sweep preset not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"sweep preset {path} cannot be read: {e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise UserError(f"preset {path} is not valid YAML: {yaml_error_line(e)}") from None
+    """Read a preset file: a YAML mapping (read safely: :func:`~fedbench.config.read_yaml`)."""
+    data = read_yaml(path, "sweep preset")
     if data is None:
         raise UserError(f"preset {path} is empty: it needs at least `task` and `methods`")
     if not isinstance(data, dict):
@@ -127,12 +117,18 @@ def _short(r: dict) -> str:
     return f"{r['method']}, {r['run'].get('setting')}, seed {r['run'].get('seed')}"
 
 
-def load_sweep(path: str | Path, out: str | None = None) -> list[dict]:
-    """Load, expand and validate a preset: every run's configs are built and checked
-    before the first run starts. ``out`` (``--out``) overrides the preset's. Each run gets
-    ``out_dir``, its resolved records directory."""
+@dataclass(frozen=True)
+class SweepRun:
+    spec: RunSpec
+    label: str  # names everything that differs between the sweep's runs
+
+
+def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
+    """Load, expand and validate a preset: every run's spec is built (every config checked)
+    before the first run starts. ``out`` (``--out``) overrides the preset's. Two rows that
+    are the same run (same run id: a duplicate seed, method variant or setting spelling)
+    are refused."""
     from fedbench.methods import METHODS
-    from fedbench.runners.config import validate_run
     from fedbench.tasks import TASKS
 
     preset = load_preset(path)
@@ -146,16 +142,21 @@ def load_sweep(path: str | Path, out: str | None = None) -> list[dict]:
                 raise UserError(f"key 'methods': {e}") from None
     except UserError as e:
         raise UserError(f"preset {path}: {e}") from None
+    specs, seen = [], {}
     for r in runs:
         if out:
             r["run"]["out"] = out
         try:
-            _, _, run_cfg, _, _ = validate_run(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
+            spec = build_spec(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
         except UserError as e:
             key = _preset_key(preset, r, str(e))
             raise UserError(f"preset {path}: {f'key {key!r}, ' if key else ''}run {_short(r)}: {e}") from None
-        r["out_dir"] = run_cfg.out
-    return runs
+        if spec.run_id in seen:
+            raise UserError(f"preset {path}: run {_short(r)} is the same run as {_short(seen[spec.run_id])} "
+                            f"(a duplicate seed, setting or variant)")
+        seen[spec.run_id] = r
+        specs.append(spec)
+    return [SweepRun(spec, label) for spec, label in zip(specs, run_labels(runs))]
 
 
 def _preset_key(preset: dict, r: dict, message: str) -> str | None:

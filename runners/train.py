@@ -49,6 +49,14 @@ class MeterCache:
     measured: int = 0
     reused: int = 0
 
+    def state_dict(self) -> dict:
+        """Plain data (tuples, numbers, dicts): what a checkpoint keeps."""
+        return {"figures": list(self.figures.items()), "measured": self.measured, "reused": self.reused}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.figures = {tuple(k): tuple(v) for k, v in d["figures"]}
+        self.measured, self.reused = int(d["measured"]), int(d["reused"])
+
 
 def make_optimizer(params: list[torch.nn.Parameter], s: TrainSettings) -> torch.optim.Optimizer:
     if s.optimizer == "sgd":
@@ -119,6 +127,7 @@ def train_client(
             upload.update(method.client_statistics(task, am.model, batches, plan))
     cost.seconds = sw.seconds
     cost.train_loss = float(np.mean(losses)) if losses else None
+    cost.first_loss = losses[0] if losses else None
     return upload, private, cost
 
 

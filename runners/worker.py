@@ -12,18 +12,21 @@ the same result anywhere, because every random draw of a job comes from the job'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import torch
 
 from fedbench.errors import UserError
-from fedbench.methods.base import ClientPlan, Method
+from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodContext, ServerAPI
 from fedbench.runners.adapters import AdapterModel
 from fedbench.runners.meters import ClientCost, PeakRSS
 from fedbench.runners.seeds import seed_for
 from fedbench.runners.train import MeterCache, TrainSettings, train_client
 from fedbench.tasks.base import EvalResult, Task, TaskData, subset
+
+if TYPE_CHECKING:
+    from fedbench.runners.spec import LoraSettings, RunSpec
 
 
 @dataclass
@@ -63,8 +66,7 @@ class ModelPool:
     process builds identical models; the method's extra modules are attached likewise.
     """
 
-    def __init__(self, task: Task, data: TaskData, lora: tuple[int, float, float, str], seed: int,
-                 device: torch.device):
+    def __init__(self, task: Task, data: TaskData, lora: LoraSettings, seed: int, device: torch.device):
         self.task, self.data, self.lora, self.seed, self.device = task, data, lora, seed, device
         self.method: Method | None = None
         self._models: dict[str, AdapterModel] = {}
@@ -92,11 +94,11 @@ class ModelPool:
         return self._models[arch]
 
     def _build(self, arch: str) -> AdapterModel:
-        r, alpha, dropout, targets = self.lora
+        lora = self.lora
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed_for(self.seed, "model", arch))
             bundle = self.task.build_model(self.data, None if arch == self.default_arch else arch)
-            am = AdapterModel(bundle, r, alpha, dropout, targets, self.device)
+            am = AdapterModel(bundle, lora.r, lora.alpha, lora.dropout, lora.targets, self.device)
         if self.method is not None:
             self._attach(arch, am)
         return am
@@ -123,16 +125,48 @@ class ModelPool:
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """Everything a worker needs besides the data, picklable (for other processes)."""
+    """Everything a worker is built from besides the data and the tier profiles:
+    picklable, so the Ray actors build exactly what the driver builds (:meth:`build`)."""
 
-    settings: TrainSettings
-    measure: bool
+    spec: RunSpec
+    device: str  # "cpu", "cuda", "cuda:1"
+    threads: int
+    #: the registered classes, carried as classes: one registered only in the driver (a
+    #: test's) still reaches a worker process
+    method_cls: type
+    task_cls: type
+
+    @classmethod
+    def of(cls, spec: "RunSpec", device: str, threads: int) -> "WorkerSpec":
+        return cls(spec, device, threads, spec.method_cls, spec.task_cls)
+
+    def build(self, data: TaskData, profiles: Mapping[int, ClientProfile], server: ServerAPI | None = None,
+              pool: ModelPool | None = None) -> "ClientWorker":
+        """The model pool, the method (its context complete) and the worker, for ``data``
+        and the clients' static tier ``profiles``. ``server``: the driver's server tools
+        (None in a worker process); ``pool``: a pool already built from this spec (the
+        driver builds it first, to size the tiers by the model's depth)."""
+        spec = self.spec
+        torch.set_num_threads(self.threads)
+        if pool is None:
+            pool = ModelPool(self.task_cls(spec.task_config), data, spec.lora, spec.run.seed, torch.device(self.device))
+        am = pool.get()  # the default architecture: global model, server tools, evaluation
+        ctx = MethodContext(
+            n_layers=am.bundle.n_layers, layer_keys=am.layer_keys, head_keys=am.head_keys, profiles=dict(profiles),
+            lora_r=spec.lora.r, lora_alpha=spec.lora.alpha, task_kind=pool.task.kind, server=server,
+            block_bytes=am.block_bytes, rounds=spec.run.rounds, init_head=pool.task.init_head,
+            n_classes=data.n_classes, data_info=dict(data.info),
+        )
+        method = self.method_cls(spec.method_config, ctx)
+        pool.set_method(method)
+        ctx.extra_keys = list(am.extra_keys)
+        return ClientWorker(pool, method, spec.train, spec.run.measure_flops)
 
 
 class ClientWorker:
-    def __init__(self, pool: ModelPool, method: Method, spec: WorkerSpec):
-        self.pool, self.method, self.spec = pool, method, spec
-        self.meter = MeterCache() if spec.measure else None
+    def __init__(self, pool: ModelPool, method: Method, settings: TrainSettings, measure: bool):
+        self.pool, self.method, self.settings = pool, method, settings
+        self.meter = MeterCache() if measure else None
         self.rss = PeakRSS()
 
     def run(self, job: ClientJob) -> ClientResult:
@@ -151,7 +185,7 @@ class ClientWorker:
         with torch.random.fork_rng(devices=[am.device] if am.device.type == "cuda" else []):
             torch.manual_seed(job.seed)
             upload, priv, cost = train_client(am, self.pool.task, method, self.pool.data.train, job.indices, plan,
-                                              tensors, self.spec.settings, np.random.default_rng(job.seed),
+                                              tensors, self.settings, np.random.default_rng(job.seed),
                                               self.meter, arch)
         cost.rss_peak_bytes = self.rss.read() if reset else None
         return ClientResult(plan.client, upload, priv, cost)

@@ -16,17 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbench.config import cfg_field
-
-
-@dataclass(frozen=True)
-class TaskConfig:
-    """Fields common to every task."""
-
-    data_dir: str | None = cfg_field(None, "local data directory (offline path); None = the task's default source")
-    model: str | None = cfg_field(None, "model: a registered alias, an HF id, a timm name or a local path")
-    eval_batch_size: int = cfg_field(256, "batch size at evaluation (no backward: as large as memory allows)")
-    eval_max_examples: int | None = cfg_field(None, "evaluate on at most this many test examples (None = all)")
+from fedbench.configs import TaskConfig  # noqa: F401 - the base of every task config, re-exported
 
 
 @dataclass

@@ -1,22 +1,20 @@
-"""The ``ray`` engine: a run's clients in a pool of ``run.workers`` Ray actors.
+"""The ``ray`` executor: a round's client jobs in a pool of ``run.workers`` Ray actors.
 
-Each actor builds, once, what the in-process engine has in ``Experiment.setup``: the
-task, a :class:`~fedbench.runners.worker.ModelPool`, the method and a
-:class:`~fedbench.runners.worker.ClientWorker`, from picklable pieces (:class:`ActorSpec`:
-task key + config, the method class + config + its :class:`MethodContext` without the
-server, the LoRA settings, the run seed, the :class:`WorkerSpec`, the device, its torch
-threads) and the task's data (sent once through the object store with ``ray.put``, or
-loaded by the actor where they do not pickle). It holds no client state: the driver
-sends each :class:`ClientJob` (plan, payload, private state, indices, seed) and gets
-back the :class:`ClientResult` (upload, private state, cost, metered in the actor).
+Each actor builds its worker once with the same builder as the driver
+(:meth:`~fedbench.runners.worker.WorkerSpec.build`: model pool, method with a complete
+context, worker) from the picklable :class:`~fedbench.runners.worker.WorkerSpec`, the
+clients' tier profiles and the task's data (sent once through the object store with
+``ray.put``, or loaded by the actor where they do not pickle). It holds no client state:
+the driver sends each :class:`ClientJob` (plan, payload, private state, indices, seed) and
+gets back the :class:`ClientResult` (upload, private state, cost, metered in the actor).
 Jobs go round-robin to the actors; results come back in job order. As every random draw
 of a job comes from the job's seed and every model from the run seed, a run gives the
-same record as with ``--runner local`` (metrics and every cost figure but time; the
+same record as with ``--executor local`` (metrics and every cost figure but time; the
 meter's own counters, ``meter_measurements`` / ``meter_reused``, are summed over the
 actors, each of which measures a model shape once).
 
 Ray is optional (``pip install 'fedbench-peft[ray]'``); this module imports it only when
-the engine is built.
+the executor is built.
 """
 
 from __future__ import annotations
@@ -29,9 +27,8 @@ from typing import Any, Sequence
 import torch
 
 from fedbench.errors import UserError
-from fedbench.methods.base import MethodContext
-from fedbench.runners.engine import ENGINES, Engine
-from fedbench.runners.worker import ClientJob, ClientResult, ClientWorker, EvalJob, ModelPool, WorkerSpec
+from fedbench.runners.executor import EXECUTORS, Executor
+from fedbench.runners.worker import ClientJob, ClientResult, EvalJob, WorkerSpec
 
 RAY_VERSIONS = ">=2.40,<3"
 
@@ -77,53 +74,14 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     return True
 
 
-@dataclass
-class ActorSpec:
-    """Everything a client actor builds its worker from (picklable)."""
-
-    task_key: str
-    task_cfg: Any
-    method_cls: type  # the class itself: a method registered only in the driver (tests) still travels
-    method_cfg: Any
-    ctx: MethodContext  # without ``server`` (a driver-side tool no client uses)
-    lora: tuple[int, float, float, str]
-    seed: int
-    worker: WorkerSpec
-    device: str  # "cpu" or "cuda" (Ray hands the actor its GPU through CUDA_VISIBLE_DEVICES)
-    threads: int
-
-
-def actor_spec(exp, threads: int) -> ActorSpec:
-    """The :class:`ActorSpec` of a set-up :class:`~fedbench.runners.experiment.Experiment`."""
-    mc = exp.method_cfg
-    return ActorSpec(task_key=exp.task_key, task_cfg=exp.task_cfg, method_cls=exp.method_cls, method_cfg=mc,
-                     ctx=dataclasses.replace(exp.ctx, server=None),
-                     lora=(mc.lora_r, mc.lora_alpha, mc.lora_dropout, mc.lora_targets), seed=exp.run_cfg.seed,
-                     worker=exp.worker.spec, device="cuda" if exp.device.type == "cuda" else "cpu", threads=threads)
-
-
 class ClientActor:
-    """One Ray actor: a model pool, the method and a worker, built once; no client state."""
+    """One Ray actor: the worker (model pool and method) built once by the same
+    :meth:`~fedbench.runners.worker.WorkerSpec.build` as the driver's; no client state."""
 
-    def __init__(self, spec: ActorSpec, data: Any = None):
-        from fedbench.runners.environment import resolve_device
-        from fedbench.tasks import TASKS
-
-        torch.set_num_threads(spec.threads)
-        task = TASKS.get(spec.task_key)(spec.task_cfg)
+    def __init__(self, worker_spec: WorkerSpec, profiles: dict, data: Any = None):
         if data is None:
-            data = task.load()
-        pool = ModelPool(task, data, spec.lora, spec.seed, resolve_device(spec.device))
-        extra_keys = list(spec.ctx.extra_keys)
-        ctx = dataclasses.replace(spec.ctx, server=None, extra_keys=[])  # as the driver's method saw it at init
-        method = spec.method_cls(spec.method_cfg, ctx)
-        pool.set_method(method)
-        ctx.extra_keys = extra_keys
-        self.worker = ClientWorker(pool, method, spec.worker)
-        # the default architecture now, as Experiment.setup builds it in the driver: built
-        # on the first job, it held up round 1 (measured: 8.8 s against 5.1 s for the
-        # later rounds of a 10-client tiny_text round on 2 actors)
-        pool.get()
+            data = worker_spec.task_cls(worker_spec.spec.task_config).load()
+        self.worker = worker_spec.build(data, profiles)
 
     def ready(self) -> int:
         return os.getpid()
@@ -148,29 +106,30 @@ def _put_data(ray, data):
         return None
 
 
-@ENGINES.register("ray", "clients in a pool of run.workers Ray actors (one model pool each), results in job order")
-class RayEngine(Engine):
-    def __init__(self, exp):
-        super().__init__(exp)
+@EXECUTORS.register("ray", "clients in a pool of run.workers Ray actors (one model pool each), results in job order")
+class RayExecutor(Executor):
+    def __init__(self, worker, worker_spec, data, profiles):
+        super().__init__(worker, worker_spec, data, profiles)
         ray = require_ray()
         self.ray = ray
-        r = exp.run_cfg
-        n = r.workers
-        cuda = exp.device.type == "cuda"
-        threads = r.threads or 1
+        n = worker_spec.spec.run.workers
+        cuda = worker.pool.device.type == "cuda"
+        threads = worker_spec.spec.run.threads or 1
         self._started = init_ray(num_cpus=max(os.cpu_count() or 1, n * threads),
                                  num_gpus=torch.cuda.device_count() if cuda else None)
         self.actors: list = []
+        self._counts = (0, 0)
         try:
             gpus = ray.cluster_resources().get("GPU", 0) if cuda else 0
-            spec = actor_spec(exp, threads)
             opts: dict[str, Any] = dict(num_cpus=threads, num_gpus=min(1.0, gpus / n) if cuda else 0)
             env = runtime_env()
             if env:
                 opts["runtime_env"] = env
-            data = _put_data(ray, exp.data)
+            # Ray hands each actor its GPU through CUDA_VISIBLE_DEVICES: "cuda" is it
+            spec = dataclasses.replace(worker_spec, device="cuda" if cuda else "cpu", threads=threads)
             actor_cls = ray.remote(ClientActor)
-            self.actors = [actor_cls.options(**opts).remote(spec, data) for _ in range(n)]
+            ref = _put_data(ray, data)
+            self.actors = [actor_cls.options(**opts).remote(spec, profiles, ref) for _ in range(n)]
             self._get([a.ready.remote() for a in self.actors])
         except BaseException:
             self.close()
@@ -200,18 +159,22 @@ class RayEngine(Engine):
             refs.append(self.actors[i % n].evaluate.remote(dataclasses.replace(job, tensors={}), ref))
         return self._get(refs)
 
-    def close(self) -> None:
-        ray, actors = self.ray, self.actors
-        self.actors = []
-        if actors:
-            meter = self.exp.worker.meter
-            try:  # the meters live in the actors: their counters go into the record
-                counts = ray.get([a.meter_counts.remote() for a in actors], timeout=60)
-                if meter is not None:
-                    meter.measured += sum(c[0] for c in counts)
-                    meter.reused += sum(c[1] for c in counts)
+    def meter_counts(self) -> tuple[int, int]:
+        """The actors' meters (they measure; the driver's worker trains nobody)."""
+        if self.actors:
+            try:
+                counts = self.ray.get([a.meter_counts.remote() for a in self.actors], timeout=60)
+                self._counts = (sum(c[0] for c in counts), sum(c[1] for c in counts))
             except Exception:  # noqa: BLE001 - a dead actor: the record still gets written
                 pass
+        return self._counts
+
+    def close(self) -> None:
+        ray, actors = self.ray, self.actors
+        if actors:
+            self.meter_counts()  # their counters go into the record
+        self.actors = []
+        if actors:
             for a in actors:
                 try:
                     ray.kill(a)
@@ -222,5 +185,4 @@ class RayEngine(Engine):
             self._started = False
 
 
-__all__ = ["ActorSpec", "ClientActor", "RayEngine", "RAY_VERSIONS", "actor_spec", "init_ray", "require_ray",
-           "runtime_env"]
+__all__ = ["ClientActor", "RayExecutor", "RAY_VERSIONS", "init_ray", "require_ray", "runtime_env"]

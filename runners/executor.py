@@ -1,0 +1,59 @@
+"""Executors: where a round's client jobs run.
+
+The round loop (:mod:`fedbench.runners.rounds`) is the same for every executor; an
+executor only executes a round's jobs (``execute``), evaluates clients' own models
+(``evaluate_local``, personalised methods) and closes. ``local`` runs them one after
+another in this process with the driver's worker; other executors register themselves
+in :data:`EXECUTORS` (``ray``: :mod:`fedbench.runners.ray_executor`) and are chosen with
+``run.executor`` (``--executor``; ``--runner`` is its older name). Executors know no
+method by name, and every one gives the same record: each job carries its own seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from fedbench.registry import Registry
+from fedbench.runners.worker import ClientJob, ClientResult, ClientWorker, EvalJob, WorkerSpec
+from fedbench.tasks.base import EvalResult
+
+EXECUTORS: Registry = Registry("executor")
+
+
+class Executor:
+    """Base class. ``worker``: the driver's worker (built by ``worker_spec.build``);
+    ``worker_spec`` and ``data``: what an executor in other processes builds its own from;
+    ``profiles``: the clients' static tier profiles the worker was built with."""
+
+    def __init__(self, worker: ClientWorker, worker_spec: WorkerSpec, data: Any, profiles: dict):
+        self.worker = worker
+
+    def execute(self, jobs: Iterable[ClientJob]) -> Iterable[ClientResult]:
+        """Run ``jobs`` (an iterator: read lazily) and give their results in job order (a
+        generator may stream them)."""
+        raise NotImplementedError
+
+    def evaluate_local(self, jobs: Iterable[EvalJob]) -> list[EvalResult]:
+        """Evaluate ``jobs`` (an iterator: one client's state at a time), results in order."""
+        raise NotImplementedError
+
+    def meter_counts(self) -> tuple[int, int]:
+        """(step shapes measured, measurements reused) by the workers so far."""
+        m = self.worker.meter
+        return (m.measured, m.reused) if m is not None else (0, 0)
+
+    def close(self) -> None:
+        pass
+
+
+@EXECUTORS.register("local", "clients one after another in this process, one model per architecture")
+class LocalExecutor(Executor):
+    def execute(self, jobs):
+        for job in jobs:  # one client at a time: its private state is stored before the next loads
+            yield self.worker.run(job)
+
+    def evaluate_local(self, jobs):
+        return [self.worker.evaluate(job) for job in jobs]
+
+
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor"]
