@@ -103,7 +103,7 @@ def main() -> None:
     for runner in ("local", "ray"):
         t0 = time.perf_counter()
         rec, _ = Experiment("fedavg", "tiny_text", {"rounds": a.engine_rounds, "clients": 10, "per_round": 10,
-                                                    "runner": runner, "workers": 2, "out": str(tmp / runner)},
+                                                    "executor": runner, "workers": 2, "out": str(tmp / runner)},
                             task_config={**SMALL, "n_train": a.engine_train}).run()
         wall = time.perf_counter() - t0
         assert rec["status"] == "ok", rec["error"]

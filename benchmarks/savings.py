@@ -29,7 +29,7 @@ def client_step(runner: Experiment, layers, blocks=None):
     state = runner.method.init_state(runner.am.read(runner.am.all_keys))
     plan = ClientPlan(0, 0, tuple(layers), blocks=None if blocks is None else tuple(blocks))
     payload = runner.method.client_payload(state, plan)
-    job = ClientJob(1, plan, payload, None, runner.train_indices[0], seed=0)
+    job = ClientJob(1, plan, payload, None, runner.fed.train_indices[0], seed=0)
     return runner.worker.run(job).cost  # the ClientWorker of a real run, with its meters
 
 
@@ -42,7 +42,7 @@ def main() -> None:
 
     runner = Experiment("fedra", args.task, dict(device=args.device, max_steps=2, out="/tmp/fedbench-bench"))
     runner.setup()
-    L = runner.ctx.n_layers
+    L = runner.method.ctx.n_layers
     full = client_step(runner, range(L), blocks=range(L))
     half_blocks = sorted(np.random.default_rng(0).choice(L, L // 2, replace=False).tolist())
     half = client_step(runner, half_blocks, blocks=half_blocks)

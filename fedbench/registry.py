@@ -1,14 +1,27 @@
-"""Registries of methods and tasks.
+"""Registries of methods, tasks and executors.
 
 A registry maps a lowercase snake-case key to a factory and a one-line description.
 Modules register themselves with a decorator; the package ``__init__`` imports every
 module of its folder (``import_submodules``) so adding a method touches one file.
+
+Plugins: a registry with an entry-point ``group`` (``fedbench.methods``,
+``fedbench.tasks``) also holds what installed packages declare there, loaded the first
+time the registry is read. An entry point names a class (registered under the entry
+point's name) or a module (whose import registers its classes with the decorator)::
+
+    # a user's pyproject.toml
+    [project.entry-points."fedbench.methods"]
+    my_method = "my_package.methods:MyMethod"
+
+A plugin that fails to import is skipped with a warning naming it; it never breaks the
+suite's own methods and tasks.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import logging
 import pkgutil
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
@@ -16,6 +29,7 @@ from typing import Callable, Generic, TypeVar
 from fedbench.errors import UserError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -26,11 +40,37 @@ class Entry(Generic[T]):
     aliases: tuple[str, ...] = ()
 
 
+def plugin_entry_points(group: str | None = None) -> list:
+    """Installed entry points of the plugin groups (or of ``group``), sorted by name."""
+    from importlib.metadata import entry_points
+
+    groups = [group] if group else list(PLUGIN_GROUPS)
+    return sorted((ep for g in groups for ep in entry_points(group=g)), key=lambda ep: (ep.group, ep.name))
+
+
+#: the entry-point groups third-party packages register methods and tasks in
+PLUGIN_GROUPS = ("fedbench.methods", "fedbench.tasks")
+
+
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, group: str | None = None):
         self.kind = kind
+        self.group = group  # entry-point group of plugins (None: no plugins)
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}
+        self._plugins_loaded = group is None
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in plugin_entry_points(self.group):
+            try:
+                obj = ep.load()
+                if isinstance(obj, type) and ep.name not in self._entries and ep.name not in self._aliases:
+                    self.add(ep.name, obj)
+            except Exception as e:  # noqa: BLE001 - a broken plugin must not break the suite
+                log.warning("%s plugin %r (%s) could not be loaded: %s", self.kind, ep.name, ep.value, e)
 
     def register(self, key: str, description: str = "", aliases: tuple[str, ...] = ()) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -59,6 +99,7 @@ class Registry(Generic[T]):
             self._aliases.pop(a, None)
 
     def resolve(self, key: str) -> str:
+        self._load_plugins()
         if key in self._entries:
             return key
         if key in self._aliases:
@@ -75,12 +116,14 @@ class Registry(Generic[T]):
         return self._entries[self.resolve(key)]
 
     def keys(self) -> list[str]:
+        self._load_plugins()
         return sorted(self._entries)
 
     def entries(self) -> list[Entry[T]]:
         return [self._entries[k] for k in self.keys()]
 
     def __contains__(self, key: str) -> bool:
+        self._load_plugins()
         return key in self._entries or key in self._aliases
 
 

@@ -2,6 +2,6 @@
 
 from fedbench.registry import Registry, import_submodules
 
-METHODS: Registry = Registry("method")
+METHODS: Registry = Registry("method", group="fedbench.methods")
 
 import_submodules(__name__)

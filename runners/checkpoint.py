@@ -23,6 +23,7 @@ import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -43,13 +44,14 @@ def checkpoint_path(record_path: Path) -> Path:
 class Checkpointer(Callback):
     """Saves the run after every ``every`` rounds and after the last."""
 
-    def __init__(self, path: Path, every: int, rounds: int, run_id: str, store: ClientStore, meter_state):
+    def __init__(self, path: Path, every: int, rounds: int, run_id: str, store: ClientStore,
+                 sync: Callable[[RunState], None]):
         self.path, self.every, self.rounds, self.run_id, self.store = path, every, rounds, run_id, store
-        self.meter_state = meter_state  # () -> the worker meter's state_dict (or None)
+        self.sync = sync  # brings the state's meter and server figures up to date before a save
 
     def on_round_end(self, log_: RoundLog, state: RunState):
         if self.every > 0 and (log_.round % self.every == 0 or log_.round == self.rounds):
-            state.meter = self.meter_state()
+            self.sync(state)
             save(self.path, self.run_id, state, self.store)
         return None
 

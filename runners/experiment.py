@@ -77,6 +77,7 @@ class Experiment:
         self.store: ClientStore | None = None
         self.server: ServerTools | None = None
         self.state: RunState | None = None
+        self._server_before = (0.0, 0.0)  # server cost held by the checkpoint a run resumed from
 
     # -- shortcuts --------------------------------------------------------------------------
     @property
@@ -117,10 +118,10 @@ class Experiment:
         self.worker.method.check_tiers(self.tiers.reachable_profiles(fed.sizes))
         self.store = ClientStore(self.record_path().with_suffix(".clients"), int(r.store_memory_mb * 1e6))
         self.evaluator = Evaluator(self.worker.method, self.task, am, fed, self.store, self.data.domain_names)
-        self._wspec, self._profiles = wspec, profiles
+        self.worker_spec, self.profiles = wspec, profiles
 
-    def _executor(self) -> Executor:
-        return EXECUTORS.get(self.spec.run.executor)(self.worker, self._wspec, self.data, self._profiles)
+    def make_executor(self) -> Executor:
+        return EXECUTORS.get(self.spec.run.executor)(self.worker, self.worker_spec, self.data, self.profiles)
 
     # -- run ---------------------------------------------------------------------------------
     def run(self) -> tuple[dict, Path]:
@@ -138,11 +139,12 @@ class Experiment:
         ckpt = checkpoint.checkpoint_path(self.record_path())
         try:
             self.setup()
-            executor = self._executor()
+            executor = self.make_executor()
             m = self.worker.method
             init = m.init_state(self.am.read(self.am.all_keys + m.base_weights_needed()))
             restored = checkpoint.restore(ckpt, spec.run_id, self.store, self.device)
             self.state = restored.state or RunState(init)
+            self._server_before = (self.state.server_flops, self.state.server_seconds)
             if restored.state is not None:
                 resume = {"from_round": self.state.rounds_done, "discarded_checkpoint": None}
                 if self.worker.meter is not None and self.state.meter is not None:
@@ -153,7 +155,7 @@ class Experiment:
                     resume = {"from_round": 0, "discarded_checkpoint": restored.discarded}
                 if spec.run.eval_initial:
                     self.state.initial_eval, _ = self.evaluator.evaluate(self.state.method, executor)
-            loop = self._loop(executor, ckpt)
+            loop = self.make_loop(executor, ckpt)
             for cb in loop.callbacks:
                 cb.on_run_start(spec, self.state)
             stop = run_rounds(loop, self.state, self.state.rounds_done + 1)
@@ -181,8 +183,8 @@ class Experiment:
                 # the private state stays on disk for a resume unless the run ended ok
                 done_ok = status == "ok" and not spec.run.keep_checkpoints
                 self.store.close() if done_ok else self.store.release()
-        if self.state is not None and self.server is not None:
-            self.state.server_flops, self.state.server_seconds = self.server.flops, self.server.seconds
+        if self.state is not None:
+            self.sync_state(self.state)
         elapsed = (self.state.elapsed_before if self.state else 0.0) + time.perf_counter() - t_start
         rec = self.record(Outcome(status, error, elapsed, self.device, self.threads, counts, resume))
         path = self.write(rec)
@@ -192,16 +194,25 @@ class Experiment:
             cb.on_run_end(rec)
         return rec, path
 
-    def _loop(self, executor: Executor, ckpt: Path) -> Loop:
+    def make_loop(self, executor: Executor, ckpt: Path) -> Loop:
         r = self.spec.run
         callbacks: list[Callback] = [DivergenceGuard(r.divergence_factor)]
         if r.checkpoint_every:
-            meter = self.worker.meter
             callbacks.append(checkpoint.Checkpointer(ckpt, r.checkpoint_every, r.rounds, self.spec.run_id, self.store,
-                                                     lambda: None if meter is None else meter.state_dict()))
+                                                     self.sync_state))
         callbacks += self.user_callbacks
         return Loop(r.seed, r.rounds, r.eval_every, self.fed, self.tiers, self.worker.method, self.store, executor,
                     self.evaluator, callbacks, self.device)
+
+    def sync_state(self, state: RunState) -> None:
+        """Bring the state's meter and server figures up to date (before a checkpoint or the
+        record): the server's cost since this process started, on top of what a resumed
+        run's checkpoint held."""
+        if self.worker is not None and self.worker.meter is not None:
+            state.meter = self.worker.meter.state_dict()
+        if self.server is not None:
+            state.server_flops = self._server_before[0] + self.server.flops
+            state.server_seconds = self._server_before[1] + self.server.seconds
 
     def _rounds_done(self) -> int:
         return self.state.rounds_done if self.state else 0

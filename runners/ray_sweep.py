@@ -46,7 +46,7 @@ def _run_one(spec: RunSpec, cpus: float) -> tuple[str, str, str]:
     return rec["status"], str(path), summary_line(rec, path)
 
 
-def _record_crash(spec: RunSpec, error: str) -> tuple[str, str]:
+def record_crash(spec: RunSpec, error: str) -> tuple[str, str]:
     """A run whose worker died before it wrote its record: a ``failed`` record from here."""
     from fedbench.runners.experiment import Experiment
 
@@ -125,7 +125,7 @@ def run_sweep(runs: list[SweepRun], args, warn: Callable[[str], None]) -> int:
                         cause = cause if isinstance(cause, BaseException) else e
                         status, error = "failed", f"{type(cause).__name__}: {(str(cause).splitlines() or [''])[0]}"
                         try:
-                            _, line = _record_crash(r, error)
+                            _, line = record_crash(r, error)
                         except Exception as e2:  # noqa: BLE001 - not even a record: say so, go on
                             line = f"FAILED: {error} (no record: {e2})"
                     print(f"{label}: {line}", flush=True)

@@ -2,6 +2,6 @@
 
 from fedbench.registry import Registry, import_submodules
 
-TASKS: Registry = Registry("task")
+TASKS: Registry = Registry("task", group="fedbench.tasks")
 
 import_submodules(__name__)

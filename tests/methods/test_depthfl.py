@@ -11,6 +11,7 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState
 from fedbench.methods.depth_hetero import DepthFL, DepthFLConfig, depthfl_loss, exit_blocks, kd_weight
+from fedbench.runners.evaluation import Evaluator
 from fedbench.runners.experiment import Experiment
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, TaskConfig
 
@@ -111,9 +112,8 @@ def test_evaluation_records_ensemble_and_last_head(tiny_am, ctx_for):
     am, m, state, plans = _setup(tiny_am, ctx_for, 6, [6], group_size=3)
     task = _Task()
     x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
-    runner = SimpleNamespace(method=m, am=am, task=task, test=ArrayDataset({"x": x, "y": y}),
-                             device=torch.device("cpu"), test_domains=None, data=SimpleNamespace(domain_names=None))
-    res = Experiment.evaluate(runner, state, None)  # the runner's evaluation path, on the tiny model
+    fed = SimpleNamespace(test=ArrayDataset({"x": x, "y": y}), test_domains=None)
+    res, _ = Evaluator(m, task, am, fed, None, None).evaluate(state, None)  # the runner's evaluation path
     with torch.no_grad():
         last = am.model(x)
         ens = (am.model.fedbench_extra.exit0(am.model.blocks[:3](x)) + last) / 2
@@ -121,8 +121,7 @@ def test_evaluation_records_ensemble_and_last_head(tiny_am, ctx_for):
     assert res.extra["top1_ensemble"] == pytest.approx(acc(ens)) and res.extra["top1_last"] == pytest.approx(acc(last))
     assert res.value == res.extra["top1_ensemble"]
     m_last = DepthFL(DepthFLConfig(eval_head="last", group_size=3), m.ctx)
-    runner.method = m_last
-    assert Experiment.evaluate(runner, state, None).value == pytest.approx(acc(last))
+    assert Evaluator(m_last, task, am, fed, None, None).evaluate(state, None)[0].value == pytest.approx(acc(last))
 
 
 def test_exits_scale_with_depth_and_are_recorded():

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from spy import spying
 
 from fedbench.config import build_config
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, ClientUpdate, MethodState
 from fedbench.methods.personalised import CNN_KEYS, HEAD_KEYS
-from fedbench.runners.callbacks import Callback, RoundLog
+from fedbench.runners.state import RoundLog
 from fedbench.runners.experiment import Experiment
 from fedbench.runners.meters import ClientCost
 from fedbench.records import validate_record
@@ -24,37 +25,16 @@ TASK = {"model": "cnn", "n_train_per_domain": 24, "n_test_per_domain": 8}
 N_CLASSES = 10
 
 
-class Spy(Callback):
-    """Snapshots the store after round 1 and records every job / result of the run."""
-
-    def __init__(self):
-        self.after_round1: dict[int, dict[str, torch.Tensor]] = {}
-        self.jobs, self.results = [], []
-
-    def on_run_start(self, exp, rounds):
-        run = exp.worker.run
-
-        def spied(job):
-            res = run(job)
-            self.jobs.append(job)
-            self.results.append(res)
-            return res
-
-        exp.worker.run = spied
-
-    def on_round_end(self, exp, log):
-        if log.round == 1:
-            self.after_round1 = {c: exp.store.get(c) for c in range(exp.n_clients)}
-
-
 def run_family(method, tmp_path, method_config=None, rounds=2):
-    spy = Spy()
-    exp = Experiment(method, "tiny_vision", dict(rounds=rounds, clients=4, per_round=4, seed=0, out=str(tmp_path),
-                                                 eval_initial=True, target_metric=0.0),
-                     method_config=method_config, task_config=TASK, callbacks=[spy])
-    rec, _ = exp.run()
+    with spying() as spy:
+        exp = Experiment(method, "tiny_vision", dict(rounds=rounds, clients=4, per_round=4, seed=0, out=str(tmp_path),
+                                                     eval_initial=True, target_metric=0.0, executor="spy"),
+                         method_config=method_config, task_config=TASK)
+        rec, _ = exp.run()
     assert rec["status"] == "ok", rec["error"]
     validate_record(rec)
+    # what each client stored after round 1 (the store hands it back in round 2)
+    spy.after_round1 = {j.plan.client: r.private for j, r in zip(spy.jobs, spy.results) if j.round == 1}
     return exp, rec, spy
 
 
@@ -85,7 +65,7 @@ def test_runs_with_private_cnns_and_local_records(method, tmp_path):
 
 def test_standalone_exchanges_nothing(tmp_path):
     exp, rec, spy = run_family("standalone", tmp_path)
-    costs = [c for _, c in exp.history.costs]
+    costs = [c for _, c in exp.state.costs]
     assert costs and all(c.up_bytes == 0 and c.down_bytes == 0 for c in costs)
     assert all(j.payload == {} for j in spy.jobs) and all(r.upload == {} for r in spy.results)
     assert rec["cost"]["traffic_mb_total"] == 0
@@ -102,7 +82,7 @@ def test_statistics_methods_upload_per_class_statistics(method, dim, tmp_path):
         assert res.upload[f"fedbench_extra.{name}.means"].shape == (N_CLASSES, dim)
         assert res.upload[f"fedbench_extra.{name}.counts"].sum().item() == len(job.indices)
         assert set(job.payload) == keys
-    costs = [c for _, c in exp.history.costs]
+    costs = [c for _, c in exp.state.costs]
     assert all(c.up_bytes == 4 * (N_CLASSES * dim + N_CLASSES) for c in costs)
     # round 1 starts from empty global statistics; round 2 from the clients' average
     r1 = [j for j in spy.jobs if j.round == 1]
@@ -151,7 +131,7 @@ def test_fedlora_phase2_leaves_the_cnn_and_phase1_the_adapter(tmp_path):
     phases = exp.method.local_phases(ClientPlan(0, 0, (), arch="cnn1"))
     assert [p.name for p in phases] == ["local", "adapter"]
     assert set(phases[0].trainable) == set(CNN_KEYS)
-    assert set(phases[1].trainable) == {k for k in exp.ctx.extra_keys if k.startswith("fedbench_extra.adapter.")}
+    assert set(phases[1].trainable) == {k for k in exp.method.ctx.extra_keys if k.startswith("fedbench_extra.adapter.")}
     exp.store.close()
 
 
@@ -233,4 +213,4 @@ def test_presets_validate(preset):
     if data_dir and not Path(data_dir).is_dir():
         pytest.skip(f"{preset}: its data directory {data_dir} is not on this machine")
     runs = load_sweep(path)
-    assert {r["method"] for r in runs} == set(FAMILY)
+    assert {r.spec.method for r in runs} == set(FAMILY)

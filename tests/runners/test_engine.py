@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from spy import spying
 
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, LocalPhase, Method, MethodState, extra_module, weighted_mean_by_key
@@ -120,21 +121,11 @@ def registered():
 
 
 def test_private_state_archs_statistics_and_local_evaluation(registered, tmp_path):
-    exp = Experiment("_private_stats", "_two_arch",
-                     dict(rounds=3, clients=6, per_round=4, seed=0, out=str(tmp_path), lr=0.05))
-    jobs, results = [], []
-    exp.setup()
-    run = exp.worker.run
-
-    def spy(job):
-        res = run(job)
-        jobs.append(job)
-        results.append(res)
-        return res
-
-    exp.setup = lambda: None  # already set up; keep the spy on this worker
-    exp.worker.run = spy
-    rec, _ = exp.run()
+    with spying() as spy:
+        rec, _ = Experiment("_private_stats", "_two_arch",
+                            dict(rounds=3, clients=6, per_round=4, seed=0, out=str(tmp_path), lr=0.05,
+                                 executor="spy")).run()
+    jobs, results = spy.jobs, spy.results
     assert rec["status"] == "ok", rec["error"]
 
     # each client's model is its architecture: private tensors have that arch's shapes

@@ -14,12 +14,13 @@ RUN = ["run", "--method", "fedra", "--task", "tiny_text"]
 
 # (argv after RUN, text the error line must contain)
 BAD_RUN = {
-    "lr_nan": (["--lr", "nan"], "bad value nan for run.lr: must be a finite number"),
-    "lr_inf": (["--lr", "inf"], "bad value inf for run.lr: must be a finite number"),
-    "lr_set_nan": (["--set", "lr=.nan"], "bad value nan for run.lr: must be a finite number"),
+    "lr_nan": (["--lr", "nan"], "bad value 'nan' for run.lr: must be a finite number"),
+    "lr_inf": (["--lr", "inf"], "bad value 'inf' for run.lr: must be a finite number"),
+    "lr_set_nan": (["--set", "lr=nan"], "bad value 'nan' for run.lr: must be a finite number"),
+    "lr_set_yaml_nan": (["--set", "lr=.nan"], "bad value '.nan' for run.lr: expected a number"),
     "lr_zero": (["--lr", "0"], "bad value 0.0 for run.lr: must be a number > 0"),
     "seed_negative": (["--seed", "-1"], "bad value -1 for run.seed: must be an integer >= 0"),
-    "seed_bool": (["--set", "seed=true"], "bad value True for run.seed: expected an integer"),
+    "seed_bool": (["--set", "seed=true"], "bad value 'true' for run.seed: expected an integer"),
     "momentum_negative": (["--set", "momentum=-1"], "bad value -1.0 for run.momentum: must be a number >= 0"),
     "weight_decay_negative": (["--set", "weight_decay=-5"], "bad value -5.0 for run.weight_decay: must be a number >= 0"),
     "tier_ranks_zero": (["--set", "tier_ranks=0,0"], "bad value '0,0' for run.tier_ranks: must be one or more LoRA ranks >= 1"),
@@ -42,8 +43,8 @@ BAD_RUN = {
     "vocab_too_small": (["--set", "task.vocab_size=10"], "bad value 10 for task.vocab_size: must be > 26"),
     "model_path_tiny": (["--model", "/nonexistent"], "tiny_text takes no --model"),
     "data_dir_tiny": (["--data-dir", "/nonexistent"], "tiny_text takes no --data-dir (its data are generated)"),
-    "task_list_for_int": (["--set", "task.n_train=[1,2]"], "bad value [1, 2] for task.n_train: expected an integer"),
-    "str_field_list": (["--set", "setting=[iid]"], "bad value ['iid'] for run.setting: expected a string"),
+    "task_list_for_int": (["--set", "task.n_train=[1,2]"], "bad value '[1,2]' for task.n_train: expected an integer"),
+    "str_field_list": (["--set", "setting=[iid]"], "unknown setting '[iid]'"),
 }
 
 BAD_OTHER = {

@@ -73,8 +73,11 @@ def test_one_backbone_shared_by_all_clients(tmp_path):
     r.setup()
     base = {n: p for n, p in r.am.model.named_parameters() if "lora_" not in n and "classifier" not in n}
     before = {n: (p.data_ptr(), p.detach().clone()) for n, p in base.items()}
-    from fedbench.runners.engine import LocalEngine
-    LocalEngine(r).round(1, r.method.init_state(r.am.read(r.am.all_keys)))
+    from fedbench.runners.rounds import run_round
+    from fedbench.runners.state import RunState
+
+    loop = r.make_loop(r.make_executor(), r.record_path().with_suffix(".ckpt"))
+    run_round(loop, 1, RunState(r.method.init_state(r.am.read(r.am.all_keys))))
     after = dict(r.am.model.named_parameters())
     assert all(after[n].data_ptr() == ptr and torch.equal(after[n], v) for n, (ptr, v) in before.items())
 
@@ -115,7 +118,7 @@ def test_eval_initial_scores_the_untrained_model(tmp_path):
     init = rec["results"]["initial"]
     fresh = _runner(tmp_path / "fresh", rounds=2)
     fresh.setup()
-    expected = fresh.evaluate(fresh.method.init_state(fresh.am.read(fresh.am.all_keys)), None).value
+    expected = fresh.evaluator.evaluate(fresh.method.init_state(fresh.am.read(fresh.am.all_keys)), None)[0].value
     assert init["metric"] == pytest.approx(expected)
     assert init["metric"] != pytest.approx(rec["results"]["final"])
     assert [c["round"] for c in rec["results"]["curve"]] == [1, 2]
@@ -124,8 +127,8 @@ def test_eval_initial_scores_the_untrained_model(tmp_path):
 
 def test_eval_initial_is_part_of_the_run_id_and_off_writes_null(tmp_path):
     r = _runner(tmp_path)
-    assert r.resolved_run()["eval_initial"] is False
-    assert r.run_id() != _runner(tmp_path, eval_initial=True).run_id()
+    assert r.spec.configs()["run"]["eval_initial"] is False
+    assert r.spec.run_id != _runner(tmp_path, eval_initial=True).spec.run_id
     rec, _ = _runner(tmp_path, rounds=1).run()
     assert rec["status"] == "ok" and rec["results"]["initial"] is None
 
@@ -136,7 +139,7 @@ def test_eval_initial_is_part_of_the_run_id_and_off_writes_null(tmp_path):
 def test_clients_default_to_the_tasks_paper_setting(tmp_path, task, given, expected):
     run = {"out": str(tmp_path)} | ({} if given is None else {"clients": given})
     r = Experiment("fedavg", task, run)
-    assert r.clients == expected and r.resolved_run()["clients"] == expected
+    assert r.spec.run.clients == expected and r.spec.configs()["run"]["clients"] == expected
 
 
 def test_every_method_is_scored_on_the_same_test_examples(tmp_path):
@@ -146,7 +149,7 @@ def test_every_method_is_scored_on_the_same_test_examples(tmp_path):
         r = Experiment(method, "tiny_text", {**RUN, "rounds": 1, "out": str(tmp_path)},
                         task_config=SMALL_TASK_CONFIGS["tiny_text"])
         r.setup()
-        seen[method] = (tuple(r.holdout_indices), len(r.test), len(r.server.proxy or []))
+        seen[method] = (tuple(r.fed.holdout_indices), len(r.fed.test), len(r.server.proxy or []))
     n_test = len(r.data.test)
     assert seen["fedavg"][0] == seen["fed_hello_fim"][0] == seen["hetlora"][0]
     assert len(seen["fedavg"][0]) == min(50, n_test // 2)
@@ -157,7 +160,7 @@ def test_every_method_is_scored_on_the_same_test_examples(tmp_path):
 def test_server_holdout_option(tmp_path):
     r = _runner(tmp_path, server_holdout=0)
     r.setup()
-    assert r.holdout_indices == [] and len(r.test) == len(r.data.test)
+    assert r.fed.holdout_indices == [] and len(r.fed.test) == len(r.data.test)
     with pytest.raises(UserError, match="needs a proxy set"):
         Experiment("fed_hello_fim", "tiny_text", {**RUN, "server_holdout": 0, "out": str(tmp_path)},
                     task_config=SMALL_TASK_CONFIGS["tiny_text"]).setup()

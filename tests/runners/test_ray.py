@@ -78,19 +78,19 @@ def _same_record(a, b):
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fed_hello_gd_uniform"])
-def test_ray_engine_gives_the_local_record(tmp_path, method):
+def test_ray_executor_gives_the_local_record(tmp_path, method):
     local, _ = _run(tmp_path, method, "local")
     remote, _ = _run(tmp_path, method, "ray")
     assert remote["run"]["runner"] == "ray"
     _same_record(local, remote)
 
 
-def test_ray_engine_private_state_and_local_evaluation(tmp_path, private_head_method):
+def test_ray_executor_private_state_and_local_evaluation(tmp_path, private_head_method):
     local, exp_l = _run(tmp_path, private_head_method, "local")
     remote, exp_r = _run(tmp_path, private_head_method, "ray")
     _same_record(local, remote)
-    assert len(exp_l.per_client) == 4 and exp_l.per_client == exp_r.per_client  # every client's own model
-    assert ray.is_initialized()  # an engine that joined a running instance leaves it up
+    assert len(exp_l.state.per_client) == 4 and exp_l.state.per_client == exp_r.state.per_client  # every client's own model
+    assert ray.is_initialized()  # an executor that joined a running instance leaves it up
 
 
 def _preset(tmp_path, body: str) -> str:
@@ -114,8 +114,8 @@ def test_parallel_sweep_lands_records_and_skips_them(tmp_path, capsys):
 
 
 def test_parallel_sweep_records_a_failed_run_and_goes_on(tmp_path, capsys):
-    # lr 1e12 sends the loss to inf/NaN in round 1: that run ends `failed`, the other is fine
-    preset = _preset(tmp_path, "methods: [fedavg]\nresources: [{lr: 1.0e+12}, {}]")
+    # SGD with lr 1e6 makes the loss explode from round 1: that run ends `failed` (divergence), the other is fine
+    preset = _preset(tmp_path, "methods: [fedavg]\nresources: [{lr: 1.0e+6, optimizer: sgd, rounds: 2}, {}]")
     assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 1
     assert "2 runs, 0 already done, 1 failed" in capsys.readouterr().out
     statuses = sorted(json.loads(p.read_text())["status"] for p in (tmp_path / "res").rglob("*.json"))
@@ -131,12 +131,12 @@ def test_without_ray_one_line_with_the_install_hint(tmp_path, monkeypatch, capsy
 
 
 def test_a_run_whose_worker_died_is_recorded_failed(tmp_path):
-    from fedbench.runners.ray_sweep import _record_crash
+    from fedbench.runners.ray_sweep import record_crash
     from fedbench.records import validate_record
+    from fedbench.runners.spec import build_spec
 
-    r = {"method": "fedavg", "task": "tiny_text", "run": {**RUN, "out": str(tmp_path)}, "method_config": {},
-         "task_config": SMALL_TASK_CONFIGS["tiny_text"]}
-    path, line = _record_crash(r, "WorkerCrashedError: the worker died")
+    spec = build_spec("fedavg", "tiny_text", {**RUN, "out": str(tmp_path)}, {}, SMALL_TASK_CONFIGS["tiny_text"])
+    path, line = record_crash(spec, "WorkerCrashedError: the worker died")
     rec = json.loads(open(path).read())
     validate_record(rec)
     assert rec["status"] == "failed" and "WorkerCrashedError" in rec["error"] and "FAILED" in line
@@ -145,9 +145,9 @@ def test_a_run_whose_worker_died_is_recorded_failed(tmp_path):
 def test_actor_builds_the_default_model_before_its_first_job(tmp_path):
     """Built on the first job, the model held up round 1 of every ray run (8.8 s against
     5.1 s for later rounds, benchmarks/ray_speedup.py); the actor builds it at start-up."""
-    from fedbench.runners.ray_engine import ClientActor, actor_spec
+    from fedbench.runners.ray_executor import ClientActor
 
     exp = Experiment("fedavg", "tiny_text", {**RUN, "out": str(tmp_path)}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
     exp.setup()
-    actor = ClientActor(actor_spec(exp, threads=1), exp.data)
+    actor = ClientActor(exp.worker_spec, exp.profiles, exp.data)
     assert list(actor.worker.pool._models) == [exp.pool.default_arch]

@@ -16,7 +16,7 @@ class KillAt(Callback):
     def __init__(self, rnd):
         self.rnd = rnd
 
-    def on_client_end(self, exp, rnd, cost):
+    def on_client_end(self, rnd, cost):
         if rnd == self.rnd:
             raise KeyboardInterrupt
 

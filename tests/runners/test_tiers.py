@@ -6,7 +6,7 @@ from fractions import Fraction
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.runners.config import RunConfig
+from fedbench.configs import RunConfig
 from fedbench.runners.experiment import Experiment
 from fedbench.runners.tiers import PAPER_TIER_RANKS, TierAssigner, largest_remainder, parse_roc_exact, tier_ranks_for
 
@@ -49,9 +49,9 @@ def test_rank_methods_resolve_ranks_by_task_kind(method, task, ranks, r_max, tmp
     exp = Experiment(method, task, dict(rounds=1, clients=3, per_round=3, roc="1:1:1", out=str(tmp_path)),
                      task_config=SMALL_TASK_CONFIGS[task])
     exp.setup()
-    assert exp.method_cfg.lora_r == r_max and exp.method.r_max == r_max
+    assert exp.spec.method_config.lora_r == r_max and exp.method.r_max == r_max
     assert [t["rank"] for t in exp.tiers.describe()] == ranks
-    assert exp.resolved_run()["tier_ranks"] == ranks
+    assert exp.spec.configs()["run"]["tier_ranks"] == ranks
 
 
 def test_tier_counts_recorded_and_exclusive_without_full_tier_refused(tmp_path):

@@ -70,7 +70,7 @@ def test_category_skew_uses_the_eight_dolly_categories(tmp_path):
     rec, _ = runner.run()
     assert rec["status"] == "ok", rec["error"]
     assert runner.data.n_classes == 8 and runner.data.info["category_names"] == list(DOLLY_CATEGORIES)
-    assert all(len(set(runner.data.train_labels[ix])) <= 3 for ix in runner.part.client_indices)
+    assert all(len(set(runner.data.train_labels[ix])) <= 3 for ix in runner.fed.part.client_indices)
 
 
 def test_holdout_keeps_duplicates_together_and_is_seeded(tmp_path):
@@ -139,7 +139,7 @@ def test_lora_only_like_real_lms(tmp_path):
     runner = Experiment("fedavg", "dolly", run, task_config=tc)
     rec, _ = runner.run()
     assert rec["status"] == "ok", rec["error"]
-    assert runner.ctx.head_keys == [] and all(".lora_" in k for k in runner.ctx.all_keys)
+    assert runner.method.ctx.head_keys == [] and all(".lora_" in k for k in runner.method.ctx.all_keys)
 
 
 def test_missing_data(tmp_path):

@@ -43,7 +43,7 @@ def test_task_skew_rounds_report_rouge_l(tmp_path):
     assert rec["status"] == "ok", rec["error"]
     assert rec["results"]["metric_name"] == "rouge_l" and 0.0 <= rec["results"]["final"] <= 1.0
     assert runner.data.info["category_names"] == TASKS  # tasks are the partition's categories
-    assert all(len(set(runner.data.train_labels[ix])) <= 2 for ix in runner.part.client_indices)
+    assert all(len(set(runner.data.train_labels[ix])) <= 2 for ix in runner.fed.part.client_indices)
 
 
 def test_hf_field_names_and_input_label(tmp_path):
