@@ -2,8 +2,29 @@
 
 Import names live under ``fedbench.*``: ``fedbench.methods``, ``fedbench.tasks``,
 ``fedbench.runners`` and ``fedbench.leaderboard`` map to the top-level folders of the
-repository (see ``pyproject.toml``); this folder holds the small shared core
-(registries, typed configs, errors).
+repository (see ``setup.py``); this folder holds the small shared core (registries,
+typed configs, the record schema, errors) and the Python API::
+
+    import fedbench
+    rec = fedbench.run("fed_hello", "tiny_text", roc="6:3:1", rounds=3)
+    recs = fedbench.sweep("benchmarks/smoke.yaml")
+
+``fedbench.run``, ``fedbench.sweep`` and ``fedbench.Callback`` are imported on first use,
+so ``import fedbench`` stays light.
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["Callback", "run", "sweep", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in ("run", "sweep"):
+        from fedbench import api
+
+        return getattr(api, name)
+    if name == "Callback":
+        from fedbench.runners.callbacks import Callback
+
+        return Callback
+    raise AttributeError(f"module 'fedbench' has no attribute {name!r}")

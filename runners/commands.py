@@ -8,20 +8,13 @@ finished (``ok``) record exists, and run the rest with a progress bar.
 from __future__ import annotations
 
 import importlib
-import json
-import os
 import sys
-from pathlib import Path
 from typing import Any
-
-from typing import TYPE_CHECKING
 
 from fedbench.configs import flag_fields
 from fedbench.errors import UserError
 from fedbench.runners.callbacks import Callback
-
-if TYPE_CHECKING:
-    from fedbench.runners.spec import RunSpec
+from fedbench.runners.launch import execute, summary_line
 
 
 def gather_configs(args) -> tuple[dict, dict, dict]:
@@ -55,64 +48,6 @@ def load_callback(ref: str) -> Callback:
     if not (isinstance(obj, type) and issubclass(obj, Callback)):
         raise UserError(f"--callback {ref}: {cls_name} is not a fedbench Callback subclass")
     return obj()
-
-
-def summary_line(rec: dict, path: Path) -> str:
-    run, res, cost = rec["run"], rec["results"], rec["cost"]
-
-    def f(x, spec):
-        return "-" if x is None else format(x, spec)
-
-    head = f"{run['method']} on {run['task']} [{run['setting']}, {run['resource_label']}, seed {run['seed']}]"
-    if rec["status"] != "ok":
-        return f"{head}: {rec['status'].upper()} after {run['rounds_completed']}/{run['rounds']} rounds: {rec['error']} -> {path}"
-    best = f"best {f(res['best'], '.4f')} @ r{res['best_round']}" if res["best"] is not None else ""
-    if res.get("initial"):
-        best += f", initial {f(res['initial']['metric'], '.4f')}"
-    return (f"{head}: {res['metric_name']} {f(res['final'], '.4f')} ({best}) | "
-            f"{f(cost['tflops_per_step']['mean'], '.3g')} TFLOPs/step | {f(cost['peak_mem_gb']['mean'], '.3g')} GB "
-            f"({cost['peak_mem_source']}) | {f(cost['traffic_mb_per_client_round']['total'], '.3g')} MB/client-round | "
-            f"{f(cost['seconds_per_round'], '.3g')} s/round -> {path}")
-
-
-def quiet_library_bars() -> None:
-    """Silence the weight-loading / GGUF bars of the HF libraries (always: the run has its
-    own bar); --no-progress also silences plain tqdm."""
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    for mod, fn in (("transformers.utils.logging", "disable_progress_bar"),
-                    ("datasets.utils.logging", "disable_progress_bar")):
-        try:
-            getattr(importlib.import_module(mod), fn)()
-        except ImportError:
-            pass
-
-
-def execute(spec: "RunSpec", progress: bool, callbacks: list[Callback] | None = None,
-            data_cache: dict | None = None) -> tuple[dict, Path]:
-    """Run one experiment with a progress bar. ``data_cache`` (a sweep's) keeps the last
-    loaded task data, keyed by task and task config, so the next run of the same task in
-    this process does not load (read, tokenize) it again."""
-    if not progress:
-        os.environ["TQDM_DISABLE"] = "1"  # plain tqdm bars (GGUF conversion); read when tqdm is imported
-    quiet_library_bars()
-    from fedbench.runners.experiment import Experiment
-    from fedbench.runners.progress import ProgressBar
-
-    key = json.dumps([spec.task, spec.configs(("result", "axis", "record", "runtime"))["task"]], sort_keys=True,
-                     default=str)
-    data = None if data_cache is None else data_cache.get(key)
-    bar = ProgressBar(f"{spec.method}/{spec.task}") if progress else None
-    try:
-        exp = Experiment(spec, callbacks=([bar] if bar else []) + list(callbacks or []), data=data)
-        out = exp.run()
-    finally:
-        if bar is not None:
-            bar.close()
-    if data_cache is not None and exp.data is not None:
-        data_cache.clear()  # one task's data at a time
-        data_cache[key] = exp.data
-    return out
 
 
 def exit_status(rec: dict) -> int:
@@ -171,4 +106,4 @@ def cmd_sweep(args) -> int:
     return 1 if failed else 0
 
 
-__all__ = ["cmd_run", "cmd_sweep", "execute", "gather_configs", "load_callback", "summary_line"]
+__all__ = ["cmd_run", "cmd_sweep", "gather_configs", "load_callback"]

@@ -35,7 +35,7 @@ def _run_one(spec: RunSpec, cpus: float) -> tuple[str, str, str]:
 
     import torch
 
-    from fedbench.runners.commands import execute, summary_line
+    from fedbench.runners.launch import execute, summary_line
     from fedbench.runners.environment import resolve_threads
 
     if spec.run.threads is None:  # the cores given to the run (1 for the tiny tasks); not in the run id

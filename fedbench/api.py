@@ -1,0 +1,65 @@
+"""The Python API: ``fedbench.run`` and ``fedbench.sweep``, what the CLI does, from a script
+or a notebook.
+
+>>> import fedbench
+>>> rec = fedbench.run("fedavg", "tiny_text", rounds=2, clients=4, out="results")  # doctest: +SKIP
+>>> rec["results"]["final"]  # doctest: +SKIP
+
+A run's fields are keyword arguments (every field of
+:class:`~fedbench.configs.RunConfig`: ``rounds``, ``roc``, ``seed``, ``lr``, ...); the method's
+and the task's fields go in ``method_config`` / ``task_config``. Everything is validated
+before anything loads (one :class:`~fedbench.errors.UserError` naming the field). As on the
+command line, a run whose finished record exists is not run again (its record is
+returned) unless ``force=True``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+
+def run(method: str, task: str, *, method_config: Mapping[str, Any] | None = None,
+        task_config: Mapping[str, Any] | None = None, callbacks: Sequence[Any] = (), progress: bool = False,
+        force: bool = False, **fields: Any) -> dict:
+    """Run ``method`` on ``task`` and return its result record (a dict, the schema of
+    :mod:`fedbench.schema`); the record is also written under ``out`` (default
+    ``results``). ``callbacks``: :class:`~fedbench.runners.callbacks.Callback` objects (a
+    logger, a tracker) that see every round."""
+    from fedbench.records import is_finished, prepare_out_dir
+    from fedbench.runners.launch import execute
+    from fedbench.runners.spec import build_spec
+
+    spec = build_spec(method, task, fields, method_config, task_config)
+    prepare_out_dir(spec.run.out)
+    path = spec.record_path()
+    if is_finished(path) and not force:
+        return json.loads(path.read_text(encoding="utf-8"))
+    rec, _ = execute(spec, progress, list(callbacks))
+    return rec
+
+
+def sweep(preset: str, *, out: str | None = None, progress: bool = False) -> list[dict]:
+    """Run every run of the sweep ``preset`` (a YAML file, as ``fedbench sweep``) that has
+    no finished record, one after another; returns every run's record, in preset order."""
+    from fedbench.records import is_finished, prepare_out_dir
+    from fedbench.runners.launch import execute
+    from fedbench.runners.sweep import load_sweep
+
+    runs = load_sweep(preset, out=out)
+    for d in dict.fromkeys(r.spec.run.out for r in runs):
+        prepare_out_dir(d)
+    recs, cache = [], {}
+    for r in runs:
+        path = r.spec.record_path()
+        if is_finished(path):
+            recs.append(json.loads(path.read_text(encoding="utf-8")))
+            continue
+        rec, _ = execute(r.spec, progress, data_cache=cache)
+        recs.append(rec)
+        if rec["status"] == "cancelled":
+            break
+    return recs
+
+
+__all__ = ["run", "sweep"]
