@@ -14,7 +14,6 @@ in module globals.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, ContextManager, Iterable, Literal, Mapping, Sequence
 
@@ -98,6 +97,18 @@ class ClientUpdate:
     n_examples: int
     plan: ClientPlan
     train_loss: float | None = None
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes of one client-round (numel x element size): ``down_bytes`` sent to the client
+    and ``up_bytes`` sent back, as the record's headline counts them; ``down_variants``:
+    ``{label: bytes}``, the same down traffic counted by other conventions (the label says
+    what is counted), e.g. FLoRA's dense merged weights, FedRA's frozen blocks."""
+
+    down_bytes: int
+    up_bytes: int
+    down_variants: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -224,18 +235,15 @@ class Method:
                             f"{self.ctx.n_layers} layers, and no client can (budgets {budgets}); "
                             f"give some client the full tier (e.g. --roc with a full-capacity share)")
 
-    def down_bytes(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor]) -> int:
-        """The headline down traffic of one client-round (``cost.traffic_mb_per_client_round``):
-        what the papers count. Default: the payload tensors + ``extra_down_bytes``."""
-        return payload_bytes(payload) + self.extra_down_bytes(plan)
-
-    def down_bytes_variants(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor]) -> dict[str, int]:
-        """Other ways of counting the same client-round's down traffic, ``{label: bytes}``
-        (the label says what is counted), recorded beside the headline in
-        ``cost.traffic_alt_mb_per_client_round`` (up traffic unchanged). E.g. FLoRA: the
-        merged base weights it really broadcasts, where the papers count the stacked
-        adapter. Default: none."""
-        return {}
+    def traffic(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor],
+                upload: Mapping[str, torch.Tensor]) -> Traffic:
+        """One client-round's traffic: ``down_bytes`` is the headline down count
+        (``cost.traffic_mb_per_client_round``, what the papers count), ``up_bytes`` the up
+        count, ``down_variants`` other ways of counting the same down traffic
+        (``cost.traffic_alt_mb_per_client_round``, up unchanged; e.g. FLoRA's merged base
+        weights). ``payload``: what the engine sent down; ``upload``: what came back.
+        Default: the bytes of ``payload`` and of ``upload``, no variants."""
+        return Traffic(down_bytes=tensor_bytes(payload), up_bytes=tensor_bytes(upload))
 
     # -- state -----------------------------------------------------------------------
     def base_weights_needed(self) -> list[str]:
@@ -314,10 +322,6 @@ class Method:
         weights = {u.client: float(u.n_examples) for u in updates}
         return MethodState(tensors=weighted_mean_by_key(state.tensors, updates, weights), extra=state.extra)
 
-    def extra_down_bytes(self, plan: ClientPlan) -> int:
-        """Bytes sent down besides the payload tensors (e.g. frozen blocks); default none."""
-        return 0
-
     # -- evaluation ------------------------------------------------------------------
     def eval_blocks(self, state: MethodState) -> tuple[int, ...] | None:
         """Blocks of the global model used at evaluation (None = all)."""
@@ -353,13 +357,12 @@ class Method:
         to ``run.method_layout``, e.g. where DepthFL's classifiers sit. Default: none."""
         return {}
 
-    def describe(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.config)
 
-
-def payload_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
-    """numel x element size summed over ``tensors`` (what crossing the boundary costs)."""
-    return int(sum(t.numel() * t.element_size() for t in tensors.values()))
+def tensor_bytes(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> int:
+    """numel x element size summed over ``tensors`` (a name -> tensor mapping or tensors):
+    what crossing the boundary, or holding them, costs."""
+    values = tensors.values() if isinstance(tensors, Mapping) else tensors
+    return int(sum(t.numel() * t.element_size() for t in values))
 
 
 def weighted_mean_by_key(
@@ -387,5 +390,3 @@ def weighted_mean_by_key(
         out[k] = (s / totals[k]).to(current[k].dtype)
     return out
 
-
-MethodFactory = Callable[[MethodConfig, MethodContext], Method]

@@ -14,7 +14,7 @@ Eq. 3 in the issue's numbering) or the allocation is redrawn until every layer i
 Deviations from the authors' code (see docs/methods.md): we weight by example count (the
 code averages uniformly; ``weighting='uniform'`` reproduces it) and LoRA never touches the
 patch embedding (the task's LoRA target list only names block modules).
-Traffic, two counts (``down_bytes_variants``): the frozen block weights never change, so
+Traffic, two counts (``traffic``): the frozen block weights never change, so
 by default a client is assumed to have them and the headline counts LoRA + head;
 ``count_frozen_blocks=True`` makes the headline also count shipping the chosen frozen
 blocks each round (the paper's literal sub-model download). Whichever is the headline,
@@ -31,7 +31,7 @@ import numpy as np
 
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, payload_bytes, weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, Traffic, tensor_bytes, weighted_mean_by_key
 
 log = logging.getLogger(__name__)
 
@@ -108,14 +108,13 @@ class FedRA(Method):
         blocks = range(self.ctx.n_layers) if plan.blocks is None else plan.blocks
         return sum(self.ctx.block_bytes.get(j, 0) for j in blocks)
 
-    def extra_down_bytes(self, plan: ClientPlan) -> int:
-        return self.frozen_bytes(plan) if self.config.count_frozen_blocks else 0
-
-    def down_bytes_variants(self, plan, payload):
-        base = payload_bytes(payload)
+    def traffic(self, plan, payload, upload):
+        """Headline down: LoRA + head, + the frozen blocks with ``count_frozen_blocks``; the
+        other count is the labelled variant."""
+        lora, blocks = tensor_bytes(payload), self.frozen_bytes(plan)
         if self.config.count_frozen_blocks:
-            return {self.WITHOUT_BLOCKS: base}
-        return {self.WITH_BLOCKS: base + self.frozen_bytes(plan)}
+            return Traffic(lora + blocks, tensor_bytes(upload), {self.WITHOUT_BLOCKS: lora})
+        return Traffic(lora, tensor_bytes(upload), {self.WITH_BLOCKS: lora + blocks})
 
 
 @METHODS.register("fedra_fulldepth",
@@ -146,8 +145,6 @@ class FedRAFullDepth(FedRA):
         return {p.client: ClientPlan(p.client, p.tier, tuple(int(j) for j in np.flatnonzero(m[i])))
                 for i, p in enumerate(clients)}
 
-    def extra_down_bytes(self, plan: ClientPlan) -> int:
-        return 0  # the full backbone is on the client
-
-    def down_bytes_variants(self, plan, payload):
-        return {}
+    def traffic(self, plan, payload, upload):
+        """The payload and the upload, no variants: the full backbone is on the client."""
+        return Traffic(tensor_bytes(payload), tensor_bytes(upload))

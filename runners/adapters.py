@@ -21,7 +21,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from fedbench.methods.base import EXTRA_PREFIX
+from fedbench.methods.base import EXTRA_PREFIX, tensor_bytes
 from fedbench.tasks.base import ModelBundle, get_submodule
 
 DEFAULT_ADAPTER = "default"
@@ -34,11 +34,6 @@ def canonical(name: str) -> tuple[str, str | None]:
     if not m:
         return name, None
     return name[: m.start()] + f".{m.group(1)}." + name[m.end():], m.group(2)
-
-
-def tensor_bytes(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> int:
-    values = tensors.values() if isinstance(tensors, Mapping) else tensors
-    return int(sum(t.numel() * t.element_size() for t in values))
 
 
 class AdapterModel:

@@ -20,7 +20,6 @@ from fedbench.methods.base import ClientUpdate, MethodState
 from fedbench.registry import Registry
 from fedbench.runners.callbacks import RoundLog
 from fedbench.runners.meters import ClientCost, Stopwatch
-from fedbench.runners.adapters import tensor_bytes
 from fedbench.runners.seeds import rng_for, seed_for
 from fedbench.runners.worker import ClientJob, ClientResult, EvalJob
 from fedbench.tasks.base import EvalResult
@@ -75,9 +74,9 @@ class Engine:
 
             costs, updates = [], []  # results are not kept: their private state went to the store
             for (plan, payload), res in zip(entries, self.execute(jobs())):
-                res.cost.down_bytes = exp.method.down_bytes(plan, payload)
-                res.cost.down_variants = dict(exp.method.down_bytes_variants(plan, payload))
-                res.cost.up_bytes = tensor_bytes(res.upload)
+                traffic = exp.method.traffic(plan, payload, res.upload)
+                res.cost.down_bytes, res.cost.up_bytes = traffic.down_bytes, traffic.up_bytes
+                res.cost.down_variants = dict(traffic.down_variants)
                 exp.store.put(plan.client, res.private)  # kept by the store, not by this round
                 costs.append(res.cost)
                 updates.append(ClientUpdate(plan.client, res.upload, exp.sizes[plan.client], plan,
