@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from fedbench.config import cfg_field
+from fedbench.methods.aggregation import weighted_mean_by_key
 
 
 @dataclass(frozen=True)
@@ -319,8 +320,7 @@ class Method:
         return {}
 
     def aggregate(self, state: MethodState, updates: Sequence[ClientUpdate]) -> MethodState:
-        weights = {u.client: float(u.n_examples) for u in updates}
-        return MethodState(tensors=weighted_mean_by_key(state.tensors, updates, weights), extra=state.extra)
+        return MethodState(tensors=weighted_mean_by_key(state.tensors, updates, "examples"), extra=state.extra)
 
     # -- evaluation ------------------------------------------------------------------
     def eval_blocks(self, state: MethodState) -> tuple[int, ...] | None:
@@ -363,30 +363,3 @@ def tensor_bytes(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -
     what crossing the boundary, or holding them, costs."""
     values = tensors.values() if isinstance(tensors, Mapping) else tensors
     return int(sum(t.numel() * t.element_size() for t in values))
-
-
-def weighted_mean_by_key(
-    current: Mapping[str, torch.Tensor],
-    updates: Sequence[ClientUpdate],
-    weights: Mapping[int, float],
-) -> dict[str, torch.Tensor]:
-    """Per tensor: weighted mean over the clients that uploaded it; others unchanged.
-
-    ``new[k] = sum_i w_i x_i[k] / sum_i w_i`` over clients i whose upload has key k
-    (FedRA's per-layer rule, FedAvg when everyone uploads everything).
-    """
-    out = dict(current)
-    sums: dict[str, torch.Tensor] = {}
-    totals: dict[str, float] = {}
-    for u in updates:
-        w = float(weights[u.client])
-        if w <= 0:
-            continue
-        for k, t in u.tensors.items():
-            t = t.to(device=current[k].device, dtype=torch.float32)
-            sums[k] = sums[k] + w * t if k in sums else w * t
-            totals[k] = totals.get(k, 0.0) + w
-    for k, s in sums.items():
-        out[k] = (s / totals[k]).to(current[k].dtype)
-    return out
-

@@ -21,7 +21,8 @@ from torch import nn
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, extra_module, weighted_mean_by_key
+from fedbench.methods.aggregation import weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, extra_module
 from fedbench.tasks.base import init_like
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,6 @@ log = logging.getLogger(__name__)
 def prefix_plan(p, depth: int, **kw) -> ClientPlan:
     blocks = tuple(range(depth))
     return ClientPlan(p.client, p.tier, blocks, blocks=blocks, **kw)
-
-
-def owner_mean(state: MethodState, updates) -> dict[str, torch.Tensor]:
-    return weighted_mean_by_key(state.tensors, updates, {u.client: float(u.n_examples) for u in updates})
 
 
 # ----------------------------------------------------------------------------- InclusiveFL
@@ -88,7 +85,7 @@ class InclusiveFL(Method):
     def aggregate(self, state, updates):
         if not updates:
             return state
-        new = owner_mean(state, updates)
+        new = weighted_mean_by_key(state.tensors, updates, "examples")
         if self.config.beta == 0:
             return MethodState(new, state.extra)
         trained = {j for u in updates for j in u.plan.train_layers}
@@ -280,4 +277,4 @@ class DepthFL(Method):
         return {first: named[first]} | {k: v for k, v in named.items() if k != first}
 
     def aggregate(self, state, updates):
-        return MethodState(owner_mean(state, updates), state.extra)
+        return MethodState(weighted_mean_by_key(state.tensors, updates, "examples"), state.extra)

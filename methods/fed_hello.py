@@ -49,7 +49,8 @@ import numpy as np
 
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodConfig, MethodState, weighted_mean_by_key
+from fedbench.methods.aggregation import Weighting, weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodConfig, MethodState
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class FedHelloBaseConfig(MethodConfig):
     lora_alpha: float = cfg_field(16.0, "LoRA alpha (paper: 16)")
     lora_dropout: float = cfg_field(0.1, "dropout on the LoRA input (paper: 0.1)")
     lora_targets: str = cfg_field("qv", "LoRA targets: the paper puts LoRA on query and value")
-    weighting: Literal["uniform", "examples"] = cfg_field(
+    weighting: Weighting = cfg_field(
         "uniform", "per-layer mean over the clients that trained it: 'uniform' (Eq. 3) or example-weighted"
     )
 
@@ -263,11 +264,7 @@ class FedHelloBase(Method):
 
     def aggregate(self, state: MethodState, updates) -> MethodState:
         """Eq. 3: per tensor, mean over the clients that uploaded it; others keep their value."""
-        if self.config.weighting == "uniform":
-            weights = {u.client: 1.0 for u in updates}
-        else:
-            weights = {u.client: float(u.n_examples) for u in updates}
-        return MethodState(weighted_mean_by_key(state.tensors, updates, weights), state.extra)
+        return MethodState(weighted_mean_by_key(state.tensors, updates, self.config.weighting), state.extra)
 
 
 class FedHelloGD(FedHelloBase):

@@ -31,7 +31,8 @@ import numpy as np
 
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, Traffic, tensor_bytes, weighted_mean_by_key
+from fedbench.methods.aggregation import Weighting, weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, Traffic, tensor_bytes
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class FedRAConfig(MethodConfig):
     coverage: Literal["keep", "redraw"] = cfg_field(
         "keep", "layers nobody trained: 'keep' last round's value (Eq. 3) or 'redraw' the allocation (Eq. 4)"
     )
-    weighting: Literal["examples", "uniform"] = cfg_field("examples", "aggregation weights per client")
+    weighting: Weighting = cfg_field("examples", "aggregation weights per client")
     max_redraws: int = cfg_field(100, "bound on allocation redraws for coverage='redraw'")
     count_frozen_blocks: bool = cfg_field(False, "count the frozen weights of the chosen blocks in down traffic")
 
@@ -95,11 +96,7 @@ class FedRA(Method):
         return plans
 
     def aggregate(self, state: MethodState, updates):
-        if self.config.weighting == "uniform":
-            weights = {u.client: 1.0 for u in updates}
-        else:
-            weights = {u.client: float(u.n_examples) for u in updates}
-        return MethodState(weighted_mean_by_key(state.tensors, updates, weights), state.extra)
+        return MethodState(weighted_mean_by_key(state.tensors, updates, self.config.weighting), state.extra)
 
     WITH_BLOCKS = "frozen base weights of the received blocks + LoRA + head (sub-model download)"
     WITHOUT_BLOCKS = "LoRA + head only (frozen blocks assumed on the client)"

@@ -9,7 +9,8 @@ import torch
 
 from fedbench.methods import METHODS
 from fedbench.methods.base import MethodState, Traffic, tensor_bytes
-from fedbench.methods.rank_hetero import A_SFX, B_SFX, RankMethod, base_key, stack_lora
+from fedbench.methods.aggregation import stack_lora
+from fedbench.methods.rank_hetero import A_SFX, B_SFX, RankMethod, base_key
 
 
 @METHODS.register("flora", "FLoRA: stack the clients' LoRA along the rank axis, merge into the base, fresh LoRA each round (traffic: the stack; merged weights as alt)")

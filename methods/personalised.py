@@ -38,6 +38,7 @@ from torch.nn import functional as F
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
 from fedbench.methods import fedlora_math as fm
+from fedbench.methods.aggregation import per_class_average
 from fedbench.methods.base import (
     EXTRA_PREFIX,
     ClientPlan,
@@ -294,7 +295,7 @@ class ClassStatistics(nn.Module):
 class StatisticsMethod(PersonalisedMethod):
     """Clients upload per-class means of some output (+ counts) as ``client_statistics``;
     the server averages them per class, weighted by the counts
-    (:func:`fedlora_math.per_class_average`), and sends the result down. ``stat_name`` is
+    (:func:`aggregation.per_class_average`), and sends the result down. ``stat_name`` is
     the extra module holding them; ``stat_dim`` their width; ``stat_values`` what is averaged."""
 
     stat_name: ClassVar[str] = "stats"
@@ -339,7 +340,7 @@ class StatisticsMethod(PersonalisedMethod):
             return state
         means = torch.stack([u.tensors[k_means].float() for u in ups])  # (K, C, D)
         counts = torch.stack([u.tensors[k_counts].float() for u in ups])  # (K, C)
-        glob, total = fm.per_class_average(means, counts)
+        glob, total = per_class_average(means, counts)
         tensors = dict(state.tensors)
         tensors[k_means], tensors[k_counts] = glob, total
         return MethodState(tensors=tensors, extra=state.extra)
@@ -362,7 +363,7 @@ class FD(StatisticsMethod):
 
     After local training each client uploads its per-class mean logits (C x C) and class
     counts (:func:`fedlora_math.class_mean_logits`); the server averages each class's
-    logits over clients weighted by counts (:func:`fedlora_math.per_class_average`) and
+    logits over clients weighted by counts (:func:`aggregation.per_class_average`) and
     sends the global (C x C, C) down. Local loss: ``CE(z, y) + gamma * KL(softmax(g_y / T) ||
     softmax(z / T))`` (:func:`fedlora_math.fd_distill_loss`) over examples whose class has
     a global logit (none in round 1). Deviations: the global logit of a class includes the
@@ -407,7 +408,7 @@ class FedProto(StatisticsMethod):
 
     Prototypes = per-class means of the 500-d representation (FC2 output, the same width
     in CNN-1..5); the server's global prototype of class c is the count-weighted mean
-    ``sum_k n_kc P_kc / sum_k n_kc`` (:func:`fedlora_math.per_class_average`). Local loss:
+    ``sum_k n_kc P_kc / sum_k n_kc`` (:func:`aggregation.per_class_average`). Local loss:
     ``CE(z, y) + lam * mean_b ||f(x_b) - P_{y_b}||^2`` (:func:`fedlora_math.proto_loss`,
     squared L2 summed over dims; 0 for classes without a global prototype). Prediction:
     the CNN's head (headline, FedLoRA's protocol); the nearest-global-prototype accuracy

@@ -7,7 +7,8 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState, Traffic, tensor_bytes
 from fedbench.methods.flora import FLoRA
-from fedbench.methods.rank_hetero import RankConfig, base_key, stack_lora
+from fedbench.methods.aggregation import stack_lora
+from fedbench.methods.rank_hetero import RankConfig, base_key
 from fedbench.runners.train import adapter_for
 
 M = "blocks.1.fc"

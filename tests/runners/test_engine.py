@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, LocalPhase, Method, MethodState, extra_module, weighted_mean_by_key
+from fedbench.methods.aggregation import weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, LocalPhase, Method, MethodState, extra_module
 from fedbench.runners.experiment import Experiment
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
@@ -105,7 +106,7 @@ class PrivateStatsMethod(Method):
     def aggregate(self, state, updates):
         shared = [type(u)(u.client, {k: v for k, v in u.tensors.items() if not k.startswith("stats.")},
                           u.n_examples, u.plan) for u in updates]
-        tensors = weighted_mean_by_key(state.tensors, shared, {u.client: float(u.n_examples) for u in updates})
+        tensors = weighted_mean_by_key(state.tensors, shared, "examples")
         seen = sum((u.tensors["stats.class_counts"] for u in updates), torch.zeros(N_CLASSES))
         return MethodState(tensors, {**state.extra, "class_counts": seen.tolist()})
 
