@@ -51,14 +51,11 @@ from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
 from fedbench.methods.aggregation import Weighting, weighted_mean_by_key
 from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodConfig, MethodState
+from fedbench.methods.paper_defaults import paper_defaults
 
 log = logging.getLogger(__name__)
 
 Pattern = Literal["bottleneck", "triangle", "inverted", "uniform"]
-
-#: paper defaults by task kind (Sec. IV-A): LoRA rank, T_RGD, T_FIM
-PAPER_LORA_R = {"classification": 16, "generation": 8}
-PAPER_T_RGD_FIM = {"classification": (50, 50), "generation": (1, 2)}
 
 
 # ----------------------------------------------------------------------------- configs
@@ -247,7 +244,7 @@ class FedHelloBase(Method):
     @classmethod
     def resolve_config(cls, config, task_kind):
         if config.lora_r is None:
-            config = dataclasses.replace(config, lora_r=PAPER_LORA_R.get(task_kind, 16))
+            config = dataclasses.replace(config, lora_r=paper_defaults(task_kind).lora_r)
         return config
 
     def budget(self, p: ClientProfile) -> int:
@@ -378,10 +375,10 @@ class FedHello(_RGDPrior, FedHelloFIM):
     @classmethod
     def resolve_config(cls, config, task_kind):
         config = super().resolve_config(config, task_kind)
-        t_rgd, t_fim = PAPER_T_RGD_FIM.get(task_kind, PAPER_T_RGD_FIM["classification"])
+        paper = paper_defaults(task_kind)
         return dataclasses.replace(
-            config, t_rgd=t_rgd if config.t_rgd is None else config.t_rgd,
-            t_fim=t_fim if config.t_fim is None else config.t_fim,
+            config, t_rgd=paper.t_rgd if config.t_rgd is None else config.t_rgd,
+            t_fim=paper.t_fim if config.t_fim is None else config.t_fim,
         )
 
     @property

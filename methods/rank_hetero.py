@@ -38,6 +38,7 @@ from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods.aggregation import weighted_mean_by_key
 from fedbench.methods.base import ClientPlan, ClientUpdate, Method, MethodConfig, MethodState
+from fedbench.methods.paper_defaults import paper_defaults
 
 A_SFX, B_SFX = ".lora_A.weight", ".lora_B.weight"
 
@@ -74,11 +75,6 @@ def active_lora_pairs(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, 
 
 
 # ----------------------------------------------------------------------------- base class
-#: r_max by task kind (Fed-HeLLo Sec. IV-A: LoRA rank 16 for classification, 8 for
-#: instruction tuning; the rank baselines' tiers 1/4/16 and 1/1/8 fit under it)
-PAPER_R_MAX = {"classification": 16, "generation": 8}
-
-
 @dataclass(frozen=True)
 class RankConfig(MethodConfig):
     lora_r: int | None = cfg_field(
@@ -104,9 +100,9 @@ class RankMethod(Method):
 
     @classmethod
     def resolve_config(cls, config, task_kind):
-        """r_max = ``lora_r``, or None -> the paper's for the task kind (``PAPER_R_MAX``)."""
+        """r_max = ``lora_r``, or None -> the paper's for the task kind (``paper_defaults``)."""
         if config.lora_r is None:
-            config = dataclasses.replace(config, lora_r=PAPER_R_MAX.get(task_kind, PAPER_R_MAX["classification"]))
+            config = dataclasses.replace(config, lora_r=paper_defaults(task_kind).lora_r)
         return config
 
     def _check_ranks(self, profiles) -> None:
