@@ -22,6 +22,7 @@ import torch
 
 from fedbench.config import cfg_field
 from fedbench.methods.aggregation import weighted_mean_by_key
+from fedbench.tasks.base import ModelParts
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class MethodConfig:
     lora_alpha: float = cfg_field(16.0, "LoRA alpha (scaling = alpha / r)")
     lora_dropout: float = cfg_field(0.0, "dropout on the LoRA input")
     lora_targets: str = cfg_field(
-        "default", "which modules get LoRA: a target profile the task declares ('default', 'fedra', 'qv')"
+        "default", "which modules get LoRA: a target profile the task declares ('default', 'proj_fc2', 'qv')"
     )
 
     def __post_init__(self) -> None:
@@ -159,6 +160,10 @@ class MethodContext:
     init_head: Callable[[torch.nn.Module, torch.nn.Module], None] | None = None
     n_classes: int | None = None  # classes of a classification task (None: not one)
     data_info: dict[str, Any] = field(default_factory=dict)  # the task's ``TaskData.info`` (e.g. in_channels, img_size)
+    #: the model's declared parts (``ModelBundle.parts``: feature extractor, representation,
+    #: head; None = it declares none) and, per part, the canonical names of its tensors
+    parts: ModelParts | None = None
+    part_keys: dict[str, list[str]] = field(default_factory=dict)
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]

@@ -14,6 +14,12 @@ Eq. 3 in the issue's numbering) or the allocation is redrawn until every layer i
 Deviations from the authors' code (see docs/methods.md): we weight by example count (the
 code averages uniformly; ``weighting='uniform'`` reproduces it) and LoRA never touches the
 patch embedding (the task's LoRA target list only names block modules).
+LoRA targets: the tasks' profile ``proj_fc2`` (attention output projection + MLP fc2, what
+FedRA targets), the default of ``lora_targets``. It used to be called ``fedra``, a name
+still accepted (deprecated alias, same modules): records and configs that say
+``lora_targets: fedra`` re-run to the same metrics under their own run id; a run that
+leaves the default says ``proj_fc2``, so its run id differs from an old default run's
+while its metrics are the same.
 Traffic, two counts (``traffic``): the frozen block weights never change, so
 by default a client is assumed to have them and the headline counts LoRA + head;
 ``count_frozen_blocks=True`` makes the headline also count shipping the chosen frozen
@@ -39,7 +45,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FedRAConfig(MethodConfig):
-    lora_targets: str = cfg_field("fedra", "LoRA targets: FedRA puts LoRA on the attention output projection and MLP fc2")
+    lora_targets: str = cfg_field("proj_fc2", "LoRA targets: FedRA puts LoRA on the attention output projection and "
+                                              "MLP fc2 (profile 'proj_fc2'; 'fedra' is its deprecated name)")
     coverage: Literal["keep", "redraw"] = cfg_field(
         "keep", "layers nobody trained: 'keep' last round's value (Eq. 3) or 'redraw' the allocation (Eq. 4)"
     )

@@ -162,6 +162,7 @@ class Experiment:
             task_kind=self.task.kind, server=self.server, block_bytes=self.am.block_bytes, rounds=r.rounds,
             init_head=self.task.init_head,
             n_classes=self.data.n_classes, data_info=dict(self.data.info),
+            parts=self.am.bundle.parts, part_keys=self.am.part_keys,
         )
         self.method = self.method_cls(self.method_cfg, self.ctx)
         self.method.check_tiers(self.tiers.reachable_profiles(self.sizes))
