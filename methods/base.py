@@ -1,11 +1,8 @@
-"""Method interface: a frozen config dataclass plus four hooks.
-
-1. ``plan(round, clients, state, rng)``: which layers / blocks / rank each sampled client
-   trains this round (a :class:`ClientPlan` per client).
-2. ``client_payload(state, plan)``: exactly the tensors sent down to the client.
-3. local training: one shared loop in :mod:`fedbench.runners.train`; a method may add a
-   loss term through ``local_loss``.
-4. ``aggregate(state, updates)``: a pure tensor function of what was sent up.
+"""Method interface: a frozen config dataclass (:class:`MethodConfig`) and the hooks of
+:class:`Method` (its docstring lists every hook and class flag), plus what they exchange
+with the runner: plans, phases, updates, traffic, the global state and the context.
+Local training is one shared loop (:mod:`fedbench.runners.train`) that calls the hooks;
+aggregation rules are pure functions (:mod:`fedbench.methods.aggregation`).
 
 Methods never know which runner runs them. Cross-round state (FIM scores, momentum
 buffers) lives in :class:`MethodState` (``tensors`` + a JSON-serialisable ``extra``), never
@@ -21,6 +18,7 @@ import numpy as np
 import torch
 
 from fedbench.config import cfg_field
+from fedbench.errors import UserError
 from fedbench.methods.aggregation import weighted_mean_by_key
 from fedbench.tasks.base import ModelParts
 
@@ -189,32 +187,65 @@ class Method:
     The defaults implement FedAvg over whatever each client trains: send everything the
     client's forward needs, upload what it trained, average each tensor with example
     weights over the clients that uploaded it; tensors nobody trained keep their value.
-    Every hook the engine calls is declared here with a default; engines never probe a
-    method for attributes or look at its key.
+    Every hook and flag the runner reads is declared here with a default (engines never
+    probe a method for attributes or look at its key); all of them, one line each:
+
+    Class flags
+      ``config_cls``           the frozen config dataclass (a ``MethodConfig``)
+      ``task_kinds``           task kinds it supports
+      ``evaluation``           "global": the global model on the test split; "local": each client's own
+      ``requires_full_tier``   trains only clients whose budget covers every layer
+      ``needs_archs``          architectures the task must offer (``Task.archs``)
+      ``communicates``         False: exchanges nothing (local training only)
+    Planning
+      ``resolve_config``       (classmethod) config defaults that depend on the task kind
+      ``proxy_size_for``       (classmethod) held-out examples the server uses as its proxy set
+      ``check_tiers``          refuse a federation in which it would train nobody
+      ``client_arch``          the task architecture of a client's model
+      ``plan``                 a :class:`ClientPlan` per sampled client this round (required)
+    Payload and traffic
+      ``client_payload``       the tensors sent down
+      ``model_keys``           the tensors a client's forward uses (payload + private state)
+      ``upload_keys``          the tensors sent up: what it trained
+      ``traffic``              bytes down and up of a client-round, and other down counts
+    Local training
+      ``local_phases``         the phases and what each trains
+      ``client_loss``          the loss of a phase (default: the task's loss + ``local_loss``)
+      ``local_loss``           an extra loss term
+      ``hidden_blocks``        blocks whose outputs ``client_loss`` / ``eval_logits`` read
+      ``client_statistics``    non-parameter tensors uploaded after training
+    Aggregation
+      ``aggregate``            the new global state from the clients' updates
+    Evaluation
+      ``eval_blocks``          blocks of the evaluated global model
+      ``eval_tensors``         the tensors loaded into the evaluated model
+      ``eval_logits``          named logits of the evaluated model (classification)
+    Model extensions
+      ``extra_modules``        trainable modules added to every model (early exits, shared models)
+      ``layout``               structural facts recorded in ``run.method_layout``
+    State
+      ``base_weights_needed``  frozen base tensors the initial state must hold
+      ``init_state``           the global state from the initial model's tensors
+      ``private_keys``         tensors that stay on the client between rounds
     """
 
     config_cls: type[MethodConfig] = MethodConfig
-    #: task kinds this method supports ("classification", "generation")
     task_kinds: tuple[str, ...] = ("classification", "generation")
-    #: how the method is scored: "global" = the global model on the task's test split;
-    #: "local" = every client's own model (private state + the global part) on its own
-    #: local test split (``run.local_split``), averaged over clients (personalised FL)
+    #: "local" = every client's own model (private state + the global part) on its own local
+    #: test split (``run.local_split``), averaged over clients (personalised FL)
     evaluation: ClassVar[Literal["global", "local"]] = "global"
-    #: the method trains only clients whose budget covers every layer (``exclusive``): the
-    #: default ``check_tiers`` refuses a federation that has none
+    #: the default ``check_tiers`` refuses a federation without such a client (``exclusive``)
     requires_full_tier: ClassVar[bool] = False
-    #: architectures the task must offer (``Task.archs``) for this method to run on it; empty
-    #: = any task of a supported kind (e.g. the FedLoRA family needs the Table 1 CNNs)
+    #: empty = any task of a supported kind (the FedLoRA family needs the Table 1 CNNs)
     needs_archs: ClassVar[tuple[str, ...]] = ()
-    #: False for a method that exchanges nothing with the server (local training only, a
-    #: lower reference): its payloads and uploads are empty by design
+    #: False (a lower reference): its payloads and uploads are empty by design
     communicates: ClassVar[bool] = True
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config
         self.ctx = ctx
 
-    # -- resolution before the run builds anything ------------------------------------
+    # -- planning ----------------------------------------------------------------------
     @classmethod
     def resolve_config(cls, config: MethodConfig, task_kind: str) -> MethodConfig:
         """Fill config defaults that depend on the task kind (e.g. a paper's LoRA rank for
@@ -234,35 +265,11 @@ class Method:
         once after building the method. Default: with ``requires_full_tier``, some client
         must be able to train all ``n_layers`` layers."""
         if self.requires_full_tier and not any(p.layers >= self.ctx.n_layers for p in profiles):
-            from fedbench.errors import UserError
-
             budgets = sorted({p.layers for p in profiles})
             raise UserError(f"{type(self).__name__.lower()} trains only clients that can train all "
                             f"{self.ctx.n_layers} layers, and no client can (budgets {budgets}); "
                             f"give some client the full tier (e.g. --roc with a full-capacity share)")
 
-    def traffic(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor],
-                upload: Mapping[str, torch.Tensor]) -> Traffic:
-        """One client-round's traffic: ``down_bytes`` is the headline down count
-        (``cost.traffic_mb_per_client_round``, what the papers count), ``up_bytes`` the up
-        count, ``down_variants`` other ways of counting the same down traffic
-        (``cost.traffic_alt_mb_per_client_round``, up unchanged; e.g. FLoRA's merged base
-        weights). ``payload``: what the engine sent down; ``upload``: what came back.
-        Default: the bytes of ``payload`` and of ``upload``, no variants."""
-        return Traffic(down_bytes=tensor_bytes(payload), up_bytes=tensor_bytes(upload))
-
-    # -- state -----------------------------------------------------------------------
-    def base_weights_needed(self) -> list[str]:
-        """Frozen base tensors of the model that ``init_state`` must also receive (e.g. the
-        pretrained weights FLoRA merges into). Default: none."""
-        return []
-
-    def init_state(self, tensors: dict[str, torch.Tensor]) -> MethodState:
-        """The global state from the initial model's adapter/head/extra tensors (plus
-        ``base_weights_needed``)."""
-        return MethodState(tensors=dict(tensors))
-
-    # -- round hooks -----------------------------------------------------------------
     def client_arch(self, client: int) -> str | None:
         """The task architecture of ``client``'s model (None = the task's default). Plans
         carry it; local evaluation uses it for clients never sampled."""
@@ -271,8 +278,11 @@ class Method:
     def plan(
         self, rnd: int, clients: Sequence[ClientProfile], state: MethodState, rng: np.random.Generator
     ) -> dict[int, ClientPlan]:
+        """What each sampled client does in round ``rnd`` (1-based), by client id; random
+        draws come from ``rng`` only. No default: every method decides this."""
         raise NotImplementedError
 
+    # -- payload and traffic -----------------------------------------------------------
     def client_payload(self, state: MethodState, plan: ClientPlan) -> dict[str, torch.Tensor]:
         """Tensors sent down: the LoRA of every block in the client's forward + the head."""
         blocks = range(self.ctx.n_layers) if plan.blocks is None else plan.blocks
@@ -285,19 +295,32 @@ class Method:
         blocks = range(self.ctx.n_layers) if plan.blocks is None else plan.blocks
         return self.ctx.keys_for_layers(blocks, head=True)
 
-    def private_keys(self, plan: ClientPlan) -> list[str]:
-        """Tensors of the client's model that stay on the client between rounds (its
-        private state, kept by the engine's ClientStore; never uploaded). They start from
-        the freshly initialised model of its architecture. Default: none."""
-        return []
-
     def upload_keys(self, plan: ClientPlan) -> list[str]:
         """Names of the model tensors the client sends back: what it trained."""
         return self.ctx.keys_for_layers(plan.train_layers, head=plan.train_head)
 
+    def traffic(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor],
+                upload: Mapping[str, torch.Tensor]) -> Traffic:
+        """One client-round's traffic: ``down_bytes`` is the headline down count
+        (``cost.traffic_mb_per_client_round``, what the papers count), ``up_bytes`` the up
+        count, ``down_variants`` other ways of counting the same down traffic
+        (``cost.traffic_alt_mb_per_client_round``, up unchanged; e.g. FLoRA's merged base
+        weights). ``payload``: what the engine sent down; ``upload``: what came back.
+        Default: the bytes of ``payload`` and of ``upload``, no variants."""
+        return Traffic(down_bytes=tensor_bytes(payload), up_bytes=tensor_bytes(upload))
+
+    # -- local training ----------------------------------------------------------------
     def local_phases(self, plan: ClientPlan) -> tuple[LocalPhase, ...]:
         """The phases of local training. Default: one phase training the upload keys."""
         return (LocalPhase("train", tuple(self.upload_keys(plan))),)
+
+    def client_loss(self, task: Any, model: torch.nn.Module, batch: Any, plan: ClientPlan,
+                    hidden: Mapping[int, torch.Tensor], phase: str = "train") -> torch.Tensor:
+        """The loss a client minimises in local phase ``phase``. Default: the task's loss
+        plus ``local_loss``."""
+        loss, outputs = task.loss(model, batch)
+        extra = self.local_loss(model, batch, outputs, plan)
+        return loss if extra is None else loss + extra
 
     def local_loss(self, model: torch.nn.Module, batch: Any, outputs: Any, plan: ClientPlan) -> torch.Tensor | None:
         """Extra loss term added to the task loss on the client (None = nothing)."""
@@ -309,14 +332,6 @@ class Method:
         ``client_loss`` / ``eval_logits`` ({block: output}, filled during each forward)."""
         return ()
 
-    def client_loss(self, task: Any, model: torch.nn.Module, batch: Any, plan: ClientPlan,
-                    hidden: Mapping[int, torch.Tensor], phase: str = "train") -> torch.Tensor:
-        """The loss a client minimises in local phase ``phase``. Default: the task's loss
-        plus ``local_loss``."""
-        loss, outputs = task.loss(model, batch)
-        extra = self.local_loss(model, batch, outputs, plan)
-        return loss if extra is None else loss + extra
-
     def client_statistics(self, task: Any, model: torch.nn.Module, batches: Callable[[], Iterable[Any]],
                           plan: ClientPlan) -> dict[str, torch.Tensor]:
         """Tensors that are not parameters, computed on the client after training and
@@ -324,10 +339,13 @@ class Method:
         ``batches()`` iterates over its training data. Counted as traffic. Default: none."""
         return {}
 
+    # -- aggregation -------------------------------------------------------------------
     def aggregate(self, state: MethodState, updates: Sequence[ClientUpdate]) -> MethodState:
+        """The new global state from this round's updates. Default: per tensor, the
+        example-weighted mean over the clients that uploaded it (FedAvg)."""
         return MethodState(tensors=weighted_mean_by_key(state.tensors, updates, "examples"), extra=state.extra)
 
-    # -- evaluation ------------------------------------------------------------------
+    # -- evaluation --------------------------------------------------------------------
     def eval_blocks(self, state: MethodState) -> tuple[int, ...] | None:
         """Blocks of the global model used at evaluation (None = all)."""
         return None
@@ -344,7 +362,7 @@ class Method:
         Default None: the task's own forward."""
         return None
 
-    # -- optional model extensions (DepthFL's early exits) ----------------------------
+    # -- model extensions (DepthFL's early exits, the FedLoRA family's shared modules) ---
     def extra_modules(self, head: torch.nn.Module | None) -> dict[str, torch.nn.Module]:
         """Trainable modules the method adds to the model, e.g. early-exit classifiers.
 
@@ -361,6 +379,23 @@ class Method:
         """Structural facts of this run's method worth recording (JSON-serialisable), written
         to ``run.method_layout``, e.g. where DepthFL's classifiers sit. Default: none."""
         return {}
+
+    # -- state -------------------------------------------------------------------------
+    def base_weights_needed(self) -> list[str]:
+        """Frozen base tensors of the model that ``init_state`` must also receive (e.g. the
+        pretrained weights FLoRA merges into). Default: none."""
+        return []
+
+    def init_state(self, tensors: dict[str, torch.Tensor]) -> MethodState:
+        """The global state from the initial model's adapter/head/extra tensors (plus
+        ``base_weights_needed``)."""
+        return MethodState(tensors=dict(tensors))
+
+    def private_keys(self, plan: ClientPlan) -> list[str]:
+        """Tensors of the client's model that stay on the client between rounds (its
+        private state, kept by the engine's ClientStore; never uploaded). They start from
+        the freshly initialised model of its architecture. Default: none."""
+        return []
 
 
 def tensor_bytes(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> int:
