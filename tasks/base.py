@@ -10,7 +10,7 @@ extractor, representation layer, head) in the bundle.
 
 from __future__ import annotations
 
-import warnings
+import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Sequence
 
@@ -19,6 +19,8 @@ import torch
 from torch import nn
 
 from fedbench.config import cfg_field
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,7 @@ class ModelBundle:
         if profile == "default":
             profile = self.default_target
         if profile in PROFILE_ALIASES:
-            warnings.warn(f"LoRA target profile {profile!r} is deprecated; it is now called "
-                          f"{PROFILE_ALIASES[profile]!r}", FutureWarning, stacklevel=2)
+            log.warning("LoRA target profile %r is deprecated; it is now called %r", profile, PROFILE_ALIASES[profile])
             profile = PROFILE_ALIASES[profile]
         if profile not in self.lora_targets:
             from fedbench.errors import UserError
