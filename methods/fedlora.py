@@ -6,11 +6,12 @@ Implemented (Sec. 4):
 - every client owns a whole Table 1 CNN (private, kept between rounds) and a copy of one
   homogeneous adapter (extra module ``adapter``), the only thing that travels;
 - the adapter (Sec. 4.3, ``adapter`` field): *direct dimension reduction*
-  (:class:`fedlora_math.DirectReductionAdapter`: FC1 output, the model's declared feature
-  extractor's, -> rank -> ReLU -> C, the reduced copy of FC2 + FC3; model-homogeneous setting only, since its input width is the
-  FC1 width) or *matrix decomposition* (:class:`fedlora_math.MatrixDecompositionAdapter`:
-  500-d representation (the declared representation layer's output) -> rank -> C with no non-linearity, the factorised FC3; works for
-  CNN-1..5 alike). ``auto`` picks the paper's choice: direct for a homogeneous
+  (:class:`fedlora_math.DirectReductionAdapter`: FC1 output (the output of the model's
+  declared feature extractor) -> rank -> ReLU -> C, the reduced copy of FC2 + FC3;
+  model-homogeneous setting only, since its input width is the FC1 width) or *matrix
+  decomposition* (:class:`fedlora_math.MatrixDecompositionAdapter`: the 500-d
+  representation (the declared representation layer's output) -> rank -> C with no
+  non-linearity, the factorised FC3; works for CNN-1..5 alike). ``auto`` picks the paper's choice: direct for a homogeneous
   federation, decomposition for ``archs=hetero``;
 - each round, on the received global adapter (Sec. 4.1, iterative learning):
   phase ``local`` (Eq. 5-6): adapter frozen, the local CNN trained on

@@ -2,8 +2,9 @@
 
 FedLoRA (papers/fedlora_model_heterogeneous.txt): Eq. 5 local loss, the two adapter
 structures of Sec. 4.3; the server rules (FedLoRA Eq. 10, plain FedAvg of the adapters,
-and FD's / FedProto's per-class average) are in :mod:`fedbench.methods.aggregation`. Baselines: FD (Jeong et al. 2018), FedProto (Tan et
-al. 2022), FML (Shen et al. 2020), FedKD (Wu et al. 2022), LG-FedAvg (Liang et al. 2020).
+and FD's / FedProto's per-class average) are in :mod:`fedbench.methods.aggregation`.
+Baselines: FD (Jeong et al. 2018), FedProto (Tan et al. 2022), FML (Shen et al. 2020),
+FedKD (Wu et al. 2022), LG-FedAvg (Liang et al. 2020).
 
 Shapes: B batch, C classes, D representation width, K clients.
 """

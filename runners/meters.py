@@ -140,6 +140,6 @@ class ClientCost:
     seconds: float = 0.0
     down_bytes: int = 0
     up_bytes: int = 0
-    down_variants: dict = field(default_factory=dict)  # label -> down bytes counted another way (Method.traffic's down_variants)
+    down_variants: dict = field(default_factory=dict)  # label -> down bytes counted another way (Traffic.down_variants)
     train_loss: float | None = None
     breakdown: dict = field(default_factory=dict)

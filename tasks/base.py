@@ -98,7 +98,8 @@ class ModelBundle:
         if profile == "default":
             profile = self.default_target
         if profile in PROFILE_ALIASES:
-            log.warning("LoRA target profile %r is deprecated; it is now called %r", profile, PROFILE_ALIASES[profile])
+            log.warning("LoRA target profile %r is deprecated; it is now called %r", profile,
+                        PROFILE_ALIASES[profile])
             profile = PROFILE_ALIASES[profile]
         if profile not in self.lora_targets:
             from fedbench.errors import UserError

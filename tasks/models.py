@@ -27,8 +27,8 @@ only imported when used.
 
 Layer maps follow the papers: ViT ``blocks`` with profiles ``proj_fc2`` (attention output
 projection + MLP fc2, FedRA's placement, Sec. 4.1: "the last fully connected layer of each
-substructure"; ``fedra`` is its deprecated name) and ``qv`` (Fed-HeLLo Sec. IV-A: "query" and "value"). timm's ViT computes
-q, k and v with one fused linear layer ``attn.qkv``; LoRA on that fused layer is the
+substructure"; ``fedra`` is its deprecated name) and ``qv`` (Fed-HeLLo Sec. IV-A: "query"
+and "value"). timm's ViT computes q, k and v with one fused linear layer ``attn.qkv``; LoRA on that fused layer is the
 closest timm equivalent of LoRA on query and value (it also adapts the key projection).
 MLP-Mixer has no attention: both profiles put LoRA on the token- and channel-mixing fc2.
 BERT-style encoders: ``qv`` = ``attention.self.query/value``; ``proj_fc2`` =

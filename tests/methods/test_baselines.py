@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from fedbench.methods.base import ClientPlan, ClientProfile, ClientUpdate, MethodConfig, MethodContext, MethodState, Traffic
+from fedbench.methods.base import ClientProfile, ClientUpdate, MethodContext, MethodState, Traffic
 from fedbench.methods.baselines import AllSmall, Exclusive, FedAvg, Straggler, StragglerConfig
 
 L = 12

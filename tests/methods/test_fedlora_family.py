@@ -22,9 +22,10 @@ from fedbench.runners.summary import target_section
 FAMILY = ("fedlora", "standalone", "lg_fedavg", "fml", "fedkd", "fd", "fedproto")
 TASK = {"model": "cnn", "n_train_per_domain": 24, "n_test_per_domain": 8}
 N_CLASSES = 10
-#: parameter names of a Table 1 CNN (the same in CNN-1..5: conv1, conv2, FC1, FC2) and of its classifier FC3
+#: parameter names of a Table 1 CNN (the same in CNN-1..5: conv1, conv2, FC1, FC2, FC3) and of its head FC3
 HEAD_KEYS = {"head.weight", "head.bias"}
-CNN_KEYS = {f"{m}.{p}" for m in ("convs.0", "convs.3", "fc.0.linear", "fc.1.linear") for p in ("weight", "bias")} | HEAD_KEYS
+CNN_KEYS = {f"{m}.{p}" for m in ("convs.0", "convs.3", "fc.0.linear", "fc.1.linear") for p in ("weight", "bias")}
+CNN_KEYS |= HEAD_KEYS
 
 
 class Spy(Callback):
