@@ -1,11 +1,8 @@
-"""Method interface: a frozen config dataclass plus four hooks.
-
-1. ``plan(round, clients, state, rng)``: which layers / blocks / rank each sampled client
-   trains this round (a :class:`ClientPlan` per client).
-2. ``client_payload(state, plan)``: exactly the tensors sent down to the client.
-3. local training: one shared loop in :mod:`fedbench.runners.train`; a method may add a
-   loss term through ``local_loss``.
-4. ``aggregate(state, updates)``: a pure tensor function of what was sent up.
+"""Method interface: a frozen config dataclass (:class:`MethodConfig`) and the hooks of
+:class:`Method` (its docstring lists every hook and class flag), plus what they exchange
+with the runner: plans, phases, updates, traffic, the global state and the context.
+Local training is one shared loop (:mod:`fedbench.runners.train`) that calls the hooks;
+aggregation rules are pure functions (:mod:`fedbench.methods.aggregation`).
 
 Methods never know which runner runs them. Cross-round state (FIM scores, momentum
 buffers) lives in :class:`MethodState` (``tensors`` + a JSON-serialisable ``extra``), never
@@ -14,7 +11,6 @@ in module globals.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, ContextManager, Iterable, Literal, Mapping, Sequence
 
@@ -22,6 +18,9 @@ import numpy as np
 import torch
 
 from fedbench.config import cfg_field
+from fedbench.errors import UserError
+from fedbench.methods.aggregation import weighted_mean_by_key
+from fedbench.tasks.base import ModelParts
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,7 @@ class MethodConfig:
     lora_alpha: float = cfg_field(16.0, "LoRA alpha (scaling = alpha / r)")
     lora_dropout: float = cfg_field(0.0, "dropout on the LoRA input")
     lora_targets: str = cfg_field(
-        "default", "which modules get LoRA: a target profile the task declares ('default', 'fedra', 'qv')"
+        "default", "which modules get LoRA: a target profile the task declares ('default', 'proj_fc2', 'qv')"
     )
 
     def __post_init__(self) -> None:
@@ -102,6 +101,11 @@ class ClientUpdate:
 
 @dataclass(frozen=True)
 class Traffic:
+    """Bytes of one client-round (numel x element size): ``down_bytes`` sent to the client
+    and ``up_bytes`` sent back, as the record's headline counts them; ``down_variants``:
+    ``{label: bytes}``, the same down traffic counted by other conventions (the label says
+    what is counted), e.g. FLoRA's dense merged weights, FedRA's frozen blocks."""
+
     down_bytes: int
     up_bytes: int
     down_variants: dict[str, int] = field(default_factory=dict)
@@ -154,6 +158,10 @@ class MethodContext:
     init_head: Callable[[torch.nn.Module, torch.nn.Module], None] | None = None
     n_classes: int | None = None  # classes of a classification task (None: not one)
     data_info: dict[str, Any] = field(default_factory=dict)  # the task's ``TaskData.info`` (e.g. in_channels, img_size)
+    #: the model's declared parts (``ModelBundle.parts``: feature extractor, representation,
+    #: head; None = it declares none) and, per part, the canonical names of its tensors
+    parts: ModelParts | None = None
+    part_keys: dict[str, list[str]] = field(default_factory=dict)
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]
@@ -179,32 +187,65 @@ class Method:
     The defaults implement FedAvg over whatever each client trains: send everything the
     client's forward needs, upload what it trained, average each tensor with example
     weights over the clients that uploaded it; tensors nobody trained keep their value.
-    Every hook the engine calls is declared here with a default; engines never probe a
-    method for attributes or look at its key.
+    Every hook and flag the runner reads is declared here with a default (engines never
+    probe a method for attributes or look at its key); all of them, one line each:
+
+    Class flags
+      ``config_cls``           the frozen config dataclass (a ``MethodConfig``)
+      ``task_kinds``           task kinds it supports
+      ``evaluation``           "global": the global model on the test split; "local": each client's own
+      ``requires_full_tier``   trains only clients whose budget covers every layer
+      ``needs_archs``          architectures the task must offer (``Task.archs``)
+      ``communicates``         False: exchanges nothing (local training only)
+    Planning
+      ``resolve_config``       (classmethod) config defaults that depend on the task kind
+      ``proxy_size_for``       (classmethod) held-out examples the server uses as its proxy set
+      ``check_tiers``          refuse a federation in which it would train nobody
+      ``client_arch``          the task architecture of a client's model
+      ``plan``                 a :class:`ClientPlan` per sampled client this round (required)
+    Payload and traffic
+      ``client_payload``       the tensors sent down
+      ``model_keys``           the tensors a client's forward uses (payload + private state)
+      ``upload_keys``          the tensors sent up: what it trained
+      ``traffic``              bytes down and up of a client-round, and other down counts
+    Local training
+      ``local_phases``         the phases and what each trains
+      ``client_loss``          the loss of a phase (default: the task's loss + ``local_loss``)
+      ``local_loss``           an extra loss term
+      ``hidden_blocks``        blocks whose outputs ``client_loss`` / ``eval_logits`` read
+      ``client_statistics``    non-parameter tensors uploaded after training
+    Aggregation
+      ``aggregate``            the new global state from the clients' updates
+    Evaluation
+      ``eval_blocks``          blocks of the evaluated global model
+      ``eval_tensors``         the tensors loaded into the evaluated model
+      ``eval_logits``          named logits of the evaluated model (classification)
+    Model extensions
+      ``extra_modules``        trainable modules added to every model (early exits, shared models)
+      ``layout``               structural facts recorded in ``run.method_layout``
+    State
+      ``base_weights_needed``  frozen base tensors the initial state must hold
+      ``init_state``           the global state from the initial model's tensors
+      ``private_keys``         tensors that stay on the client between rounds
     """
 
     config_cls: type[MethodConfig] = MethodConfig
-    #: task kinds this method supports ("classification", "generation")
     task_kinds: tuple[str, ...] = ("classification", "generation")
-    #: how the method is scored: "global" = the global model on the task's test split;
-    #: "local" = every client's own model (private state + the global part) on its own
-    #: local test split (``run.local_split``), averaged over clients (personalised FL)
+    #: "local" = every client's own model (private state + the global part) on its own local
+    #: test split (``run.local_split``), averaged over clients (personalised FL)
     evaluation: ClassVar[Literal["global", "local"]] = "global"
-    #: the method trains only clients whose budget covers every layer (``exclusive``): the
-    #: default ``check_tiers`` refuses a federation that has none
+    #: the default ``check_tiers`` refuses a federation without such a client (``exclusive``)
     requires_full_tier: ClassVar[bool] = False
-    #: architectures the task must offer (``Task.archs``) for this method to run on it; empty
-    #: = any task of a supported kind (e.g. the FedLoRA family needs the Table 1 CNNs)
+    #: empty = any task of a supported kind (the FedLoRA family needs the Table 1 CNNs)
     needs_archs: ClassVar[tuple[str, ...]] = ()
-    #: False for a method that exchanges nothing with the server (local training only, a
-    #: lower reference): its payloads and uploads are empty by design
+    #: False (a lower reference): its payloads and uploads are empty by design
     communicates: ClassVar[bool] = True
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config
         self.ctx = ctx
 
-    # -- resolution before the run builds anything ------------------------------------
+    # -- planning ----------------------------------------------------------------------
     @classmethod
     def resolve_config(cls, config: MethodConfig, task_kind: str) -> MethodConfig:
         """Fill config defaults that depend on the task kind (e.g. a paper's LoRA rank for
@@ -224,44 +265,11 @@ class Method:
         once after building the method. Default: with ``requires_full_tier``, some client
         must be able to train all ``n_layers`` layers."""
         if self.requires_full_tier and not any(p.layers >= self.ctx.n_layers for p in profiles):
-            from fedbench.errors import UserError
-
             budgets = sorted({p.layers for p in profiles})
             raise UserError(f"{type(self).__name__.lower()} trains only clients that can train all "
                             f"{self.ctx.n_layers} layers, and no client can (budgets {budgets}); "
                             f"give some client the full tier (e.g. --roc with a full-capacity share)")
 
-    def traffic(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor],
-                upload: Mapping[str, torch.Tensor]) -> "Traffic":
-        """What one client-round sends down and up (the one place traffic is declared)."""
-        return Traffic(self.down_bytes(plan, payload), payload_bytes(upload),
-                       dict(self.down_bytes_variants(plan, payload)))
-
-    def down_bytes(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor]) -> int:
-        """The headline down traffic of one client-round (``cost.traffic_mb_per_client_round``):
-        what the papers count. Default: the payload tensors + ``extra_down_bytes``."""
-        return payload_bytes(payload) + self.extra_down_bytes(plan)
-
-    def down_bytes_variants(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor]) -> dict[str, int]:
-        """Other ways of counting the same client-round's down traffic, ``{label: bytes}``
-        (the label says what is counted), recorded beside the headline in
-        ``cost.traffic_alt_mb_per_client_round`` (up traffic unchanged). E.g. FLoRA: the
-        merged base weights it really broadcasts, where the papers count the stacked
-        adapter. Default: none."""
-        return {}
-
-    # -- state -----------------------------------------------------------------------
-    def base_weights_needed(self) -> list[str]:
-        """Frozen base tensors of the model that ``init_state`` must also receive (e.g. the
-        pretrained weights FLoRA merges into). Default: none."""
-        return []
-
-    def init_state(self, tensors: dict[str, torch.Tensor]) -> MethodState:
-        """The global state from the initial model's adapter/head/extra tensors (plus
-        ``base_weights_needed``)."""
-        return MethodState(tensors=dict(tensors))
-
-    # -- round hooks -----------------------------------------------------------------
     def client_arch(self, client: int) -> str | None:
         """The task architecture of ``client``'s model (None = the task's default). Plans
         carry it; local evaluation uses it for clients never sampled."""
@@ -270,8 +278,11 @@ class Method:
     def plan(
         self, rnd: int, clients: Sequence[ClientProfile], state: MethodState, rng: np.random.Generator
     ) -> dict[int, ClientPlan]:
+        """What each sampled client does in round ``rnd`` (1-based), by client id; random
+        draws come from ``rng`` only. No default: every method decides this."""
         raise NotImplementedError
 
+    # -- payload and traffic -----------------------------------------------------------
     def client_payload(self, state: MethodState, plan: ClientPlan) -> dict[str, torch.Tensor]:
         """Tensors sent down: the LoRA of every block in the client's forward + the head."""
         blocks = range(self.ctx.n_layers) if plan.blocks is None else plan.blocks
@@ -284,19 +295,32 @@ class Method:
         blocks = range(self.ctx.n_layers) if plan.blocks is None else plan.blocks
         return self.ctx.keys_for_layers(blocks, head=True)
 
-    def private_keys(self, plan: ClientPlan) -> list[str]:
-        """Tensors of the client's model that stay on the client between rounds (its
-        private state, kept by the engine's ClientStore; never uploaded). They start from
-        the freshly initialised model of its architecture. Default: none."""
-        return []
-
     def upload_keys(self, plan: ClientPlan) -> list[str]:
         """Names of the model tensors the client sends back: what it trained."""
         return self.ctx.keys_for_layers(plan.train_layers, head=plan.train_head)
 
+    def traffic(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor],
+                upload: Mapping[str, torch.Tensor]) -> Traffic:
+        """One client-round's traffic: ``down_bytes`` is the headline down count
+        (``cost.traffic_mb_per_client_round``, what the papers count), ``up_bytes`` the up
+        count, ``down_variants`` other ways of counting the same down traffic
+        (``cost.traffic_alt_mb_per_client_round``, up unchanged; e.g. FLoRA's merged base
+        weights). ``payload``: what the engine sent down; ``upload``: what came back.
+        Default: the bytes of ``payload`` and of ``upload``, no variants."""
+        return Traffic(down_bytes=tensor_bytes(payload), up_bytes=tensor_bytes(upload))
+
+    # -- local training ----------------------------------------------------------------
     def local_phases(self, plan: ClientPlan) -> tuple[LocalPhase, ...]:
         """The phases of local training. Default: one phase training the upload keys."""
         return (LocalPhase("train", tuple(self.upload_keys(plan))),)
+
+    def client_loss(self, task: Any, model: torch.nn.Module, batch: Any, plan: ClientPlan,
+                    hidden: Mapping[int, torch.Tensor], phase: str = "train") -> torch.Tensor:
+        """The loss a client minimises in local phase ``phase``. Default: the task's loss
+        plus ``local_loss``."""
+        loss, outputs = task.loss(model, batch)
+        extra = self.local_loss(model, batch, outputs, plan)
+        return loss if extra is None else loss + extra
 
     def local_loss(self, model: torch.nn.Module, batch: Any, outputs: Any, plan: ClientPlan) -> torch.Tensor | None:
         """Extra loss term added to the task loss on the client (None = nothing)."""
@@ -308,14 +332,6 @@ class Method:
         ``client_loss`` / ``eval_logits`` ({block: output}, filled during each forward)."""
         return ()
 
-    def client_loss(self, task: Any, model: torch.nn.Module, batch: Any, plan: ClientPlan,
-                    hidden: Mapping[int, torch.Tensor], phase: str = "train") -> torch.Tensor:
-        """The loss a client minimises in local phase ``phase``. Default: the task's loss
-        plus ``local_loss``."""
-        loss, outputs = task.loss(model, batch)
-        extra = self.local_loss(model, batch, outputs, plan)
-        return loss if extra is None else loss + extra
-
     def client_statistics(self, task: Any, model: torch.nn.Module, batches: Callable[[], Iterable[Any]],
                           plan: ClientPlan) -> dict[str, torch.Tensor]:
         """Tensors that are not parameters, computed on the client after training and
@@ -323,15 +339,13 @@ class Method:
         ``batches()`` iterates over its training data. Counted as traffic. Default: none."""
         return {}
 
+    # -- aggregation -------------------------------------------------------------------
     def aggregate(self, state: MethodState, updates: Sequence[ClientUpdate]) -> MethodState:
-        weights = {u.client: float(u.n_examples) for u in updates}
-        return MethodState(tensors=weighted_mean_by_key(state.tensors, updates, weights), extra=state.extra)
+        """The new global state from this round's updates. Default: per tensor, the
+        example-weighted mean over the clients that uploaded it (FedAvg)."""
+        return MethodState(tensors=weighted_mean_by_key(state.tensors, updates, "examples"), extra=state.extra)
 
-    def extra_down_bytes(self, plan: ClientPlan) -> int:
-        """Bytes sent down besides the payload tensors (e.g. frozen blocks); default none."""
-        return 0
-
-    # -- evaluation ------------------------------------------------------------------
+    # -- evaluation --------------------------------------------------------------------
     def eval_blocks(self, state: MethodState) -> tuple[int, ...] | None:
         """Blocks of the global model used at evaluation (None = all)."""
         return None
@@ -348,12 +362,16 @@ class Method:
         Default None: the task's own forward."""
         return None
 
-    # -- optional model extensions (DepthFL's early exits) ----------------------------
-    def extra_modules(self, head: torch.nn.Module | None) -> dict[str, torch.nn.Module]:
+    # -- model extensions (DepthFL's early exits, the FedLoRA family's shared modules) ---
+    @classmethod
+    def extra_modules(cls, config: MethodConfig, ctx: MethodContext,
+                      head: torch.nn.Module | None) -> dict[str, torch.nn.Module]:
         """Trainable modules the method adds to the model, e.g. early-exit classifiers.
 
-        ``head`` is the task's classifier (the last of its head modules; None if it has
-        none), a template for the shape. The runner attaches the modules under
+        A class method: the runner attaches the modules, then builds the method with a
+        context that is complete (``ctx.extra_keys`` filled in); ``ctx`` here has every
+        field but ``extra_keys``. ``head`` is the task's classifier (the last of its head
+        modules; None if it has none), a template for the shape. The runner attaches the modules under
         ``fedbench_extra.<name>`` of every model it builds (reach them with
         :func:`extra_module`): their tensors get canonical names (listed in
         ``ctx.extra_keys``), are part of the initial state and travel in payloads and
@@ -366,39 +384,26 @@ class Method:
         to ``run.method_layout``, e.g. where DepthFL's classifiers sit. Default: none."""
         return {}
 
-    def describe(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.config)
+    # -- state -------------------------------------------------------------------------
+    def base_weights_needed(self) -> list[str]:
+        """Frozen base tensors of the model that ``init_state`` must also receive (e.g. the
+        pretrained weights FLoRA merges into). Default: none."""
+        return []
+
+    def init_state(self, tensors: dict[str, torch.Tensor]) -> MethodState:
+        """The global state from the initial model's adapter/head/extra tensors (plus
+        ``base_weights_needed``)."""
+        return MethodState(tensors=dict(tensors))
+
+    def private_keys(self, plan: ClientPlan) -> list[str]:
+        """Tensors of the client's model that stay on the client between rounds (its
+        private state, kept by the engine's ClientStore; never uploaded). They start from
+        the freshly initialised model of its architecture. Default: none."""
+        return []
 
 
-def payload_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
-    """numel x element size summed over ``tensors`` (what crossing the boundary costs)."""
-    return int(sum(t.numel() * t.element_size() for t in tensors.values()))
-
-
-def weighted_mean_by_key(
-    current: Mapping[str, torch.Tensor],
-    updates: Sequence[ClientUpdate],
-    weights: Mapping[int, float],
-) -> dict[str, torch.Tensor]:
-    """Per tensor: weighted mean over the clients that uploaded it; others unchanged.
-
-    ``new[k] = sum_i w_i x_i[k] / sum_i w_i`` over clients i whose upload has key k
-    (FedRA's per-layer rule, FedAvg when everyone uploads everything).
-    """
-    out = dict(current)
-    sums: dict[str, torch.Tensor] = {}
-    totals: dict[str, float] = {}
-    for u in updates:
-        w = float(weights[u.client])
-        if w <= 0:
-            continue
-        for k, t in u.tensors.items():
-            t = t.to(device=current[k].device, dtype=torch.float32)
-            sums[k] = sums[k] + w * t if k in sums else w * t
-            totals[k] = totals.get(k, 0.0) + w
-    for k, s in sums.items():
-        out[k] = (s / totals[k]).to(current[k].dtype)
-    return out
-
-
-MethodFactory = Callable[[MethodConfig, MethodContext], Method]
+def tensor_bytes(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> int:
+    """numel x element size summed over ``tensors`` (a name -> tensor mapping or tensors):
+    what crossing the boundary, or holding them, costs."""
+    values = tensors.values() if isinstance(tensors, Mapping) else tensors
+    return int(sum(t.numel() * t.element_size() for t in values))

@@ -21,7 +21,8 @@ from torch import nn
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, extra_module, weighted_mean_by_key
+from fedbench.methods.aggregation import weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, extra_module
 from fedbench.tasks.base import init_like
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,6 @@ log = logging.getLogger(__name__)
 def prefix_plan(p, depth: int, **kw) -> ClientPlan:
     blocks = tuple(range(depth))
     return ClientPlan(p.client, p.tier, blocks, blocks=blocks, **kw)
-
-
-def owner_mean(state: MethodState, updates) -> dict[str, torch.Tensor]:
-    return weighted_mean_by_key(state.tensors, updates, {u.client: float(u.n_examples) for u in updates})
 
 
 # ----------------------------------------------------------------------------- InclusiveFL
@@ -88,7 +85,7 @@ class InclusiveFL(Method):
     def aggregate(self, state, updates):
         if not updates:
             return state
-        new = owner_mean(state, updates)
+        new = weighted_mean_by_key(state.tensors, updates, "examples")
         if self.config.beta == 0:
             return MethodState(new, state.extra)
         trained = {j for u in updates for j in u.plan.train_layers}
@@ -218,10 +215,12 @@ class DepthFL(Method):
                             f"budgets {sorted({p.layers for p in profiles})}: nobody would train")
 
     # -- model ---------------------------------------------------------------------
-    def extra_modules(self, head):
+    @classmethod
+    def extra_modules(cls, config, ctx, head):
         if head is None:
             raise UserError("depthfl needs a task with a classifier head")
-        return {f"exit{k}": fresh_copy(head, self.ctx.init_head) for k in range(len(self.exits) - 1)}
+        exits = exit_blocks(ctx.n_layers, config.n_exits, config.group_size)
+        return {f"exit{k}": fresh_copy(head, ctx.init_head) for k in range(len(exits) - 1)}
 
     def exit_keys(self, k: int) -> list[str]:
         return [key for key in self.ctx.extra_keys if key.split(".")[1] == f"exit{k}"]
@@ -280,4 +279,4 @@ class DepthFL(Method):
         return {first: named[first]} | {k: v for k, v in named.items() if k != first}
 
     def aggregate(self, state, updates):
-        return MethodState(owner_mean(state, updates), state.extra)
+        return MethodState(weighted_mean_by_key(state.tensors, updates, "examples"), state.extra)

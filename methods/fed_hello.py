@@ -49,15 +49,13 @@ import numpy as np
 
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodConfig, MethodState, weighted_mean_by_key
+from fedbench.methods.aggregation import Weighting, weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodConfig, MethodState
+from fedbench.methods.paper_defaults import paper_defaults
 
 log = logging.getLogger(__name__)
 
 Pattern = Literal["bottleneck", "triangle", "inverted", "uniform"]
-
-#: paper defaults by task kind (Sec. IV-A): LoRA rank, T_RGD, T_FIM
-PAPER_LORA_R = {"classification": 16, "generation": 8}
-PAPER_T_RGD_FIM = {"classification": (50, 50), "generation": (1, 2)}
 
 
 # ----------------------------------------------------------------------------- configs
@@ -67,7 +65,7 @@ class FedHelloBaseConfig(MethodConfig):
     lora_alpha: float = cfg_field(16.0, "LoRA alpha (paper: 16)")
     lora_dropout: float = cfg_field(0.1, "dropout on the LoRA input (paper: 0.1)")
     lora_targets: str = cfg_field("qv", "LoRA targets: the paper puts LoRA on query and value")
-    weighting: Literal["uniform", "examples"] = cfg_field(
+    weighting: Weighting = cfg_field(
         "uniform", "per-layer mean over the clients that trained it: 'uniform' (Eq. 3) or example-weighted"
     )
 
@@ -246,7 +244,7 @@ class FedHelloBase(Method):
     @classmethod
     def resolve_config(cls, config, task_kind):
         if config.lora_r is None:
-            config = dataclasses.replace(config, lora_r=PAPER_LORA_R.get(task_kind, 16))
+            config = dataclasses.replace(config, lora_r=paper_defaults(task_kind).lora_r)
         return config
 
     def budget(self, p: ClientProfile) -> int:
@@ -263,11 +261,7 @@ class FedHelloBase(Method):
 
     def aggregate(self, state: MethodState, updates) -> MethodState:
         """Eq. 3: per tensor, mean over the clients that uploaded it; others keep their value."""
-        if self.config.weighting == "uniform":
-            weights = {u.client: 1.0 for u in updates}
-        else:
-            weights = {u.client: float(u.n_examples) for u in updates}
-        return MethodState(weighted_mean_by_key(state.tensors, updates, weights), state.extra)
+        return MethodState(weighted_mean_by_key(state.tensors, updates, self.config.weighting), state.extra)
 
 
 class FedHelloGD(FedHelloBase):
@@ -381,10 +375,10 @@ class FedHello(_RGDPrior, FedHelloFIM):
     @classmethod
     def resolve_config(cls, config, task_kind):
         config = super().resolve_config(config, task_kind)
-        t_rgd, t_fim = PAPER_T_RGD_FIM.get(task_kind, PAPER_T_RGD_FIM["classification"])
+        paper = paper_defaults(task_kind)
         return dataclasses.replace(
-            config, t_rgd=t_rgd if config.t_rgd is None else config.t_rgd,
-            t_fim=t_fim if config.t_fim is None else config.t_fim,
+            config, t_rgd=paper.t_rgd if config.t_rgd is None else config.t_rgd,
+            t_fim=paper.t_fim if config.t_fim is None else config.t_fim,
         )
 
     @property

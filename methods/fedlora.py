@@ -6,11 +6,12 @@ Implemented (Sec. 4):
 - every client owns a whole Table 1 CNN (private, kept between rounds) and a copy of one
   homogeneous adapter (extra module ``adapter``), the only thing that travels;
 - the adapter (Sec. 4.3, ``adapter`` field): *direct dimension reduction*
-  (:class:`fedlora_math.DirectReductionAdapter`: FC1 output -> rank -> ReLU -> C, the
-  reduced copy of FC2 + FC3; model-homogeneous setting only, since its input width is the
-  FC1 width) or *matrix decomposition* (:class:`fedlora_math.MatrixDecompositionAdapter`:
-  500-d representation -> rank -> C with no non-linearity, the factorised FC3; works for
-  CNN-1..5 alike). ``auto`` picks the paper's choice: direct for a homogeneous
+  (:class:`fedlora_math.DirectReductionAdapter`: FC1 output (the output of the model's
+  declared feature extractor) -> rank -> ReLU -> C, the reduced copy of FC2 + FC3;
+  model-homogeneous setting only, since its input width is the FC1 width) or *matrix
+  decomposition* (:class:`fedlora_math.MatrixDecompositionAdapter`: the 500-d
+  representation (the declared representation layer's output) -> rank -> C with no
+  non-linearity, the factorised FC3; works for CNN-1..5 alike). ``auto`` picks the paper's choice: direct for a homogeneous
   federation, decomposition for ``archs=hetero``;
 - each round, on the received global adapter (Sec. 4.1, iterative learning):
   phase ``local`` (Eq. 5-6): adapter frozen, the local CNN trained on
@@ -38,7 +39,7 @@ from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
 from fedbench.methods import fedlora_math as fm
 from fedbench.methods.base import ClientPlan, LocalPhase, extra_module
-from fedbench.methods.personalised import CNN_KEYS, PersonalisedConfig, PersonalisedMethod, extra_keys
+from fedbench.methods.personalised import PersonalisedConfig, PersonalisedMethod, extra_keys
 from fedbench.tasks.cnn import FEATURE_DIM, TABLE1, arch_index
 
 ADAPTERS = ("auto", "direct", "decomposition")
@@ -79,8 +80,9 @@ class FedLoRA(PersonalisedMethod):
 
     config_cls = FedLoRAConfig
 
-    def extra_modules(self, head):
-        cfg, c = self.config, int(self.ctx.n_classes)
+    @classmethod
+    def extra_modules(cls, config, ctx, head):
+        cfg, c = config, int(ctx.n_classes)
         if cfg.structure == "direct":
             d_in = TABLE1[arch_index(cfg.archs)][1]  # the FC1 width every client's CNN has
             return {"adapter": fm.DirectReductionAdapter(d_in, cfg.rank, c)}
@@ -90,21 +92,20 @@ class FedLoRA(PersonalisedMethod):
         return extra_keys("adapter", self.ctx.extra_keys)
 
     def local_phases(self, plan: ClientPlan) -> tuple[LocalPhase, ...]:
-        return (LocalPhase("local", tuple(CNN_KEYS)),
+        return (LocalPhase("local", tuple(self.own_keys())),
                 LocalPhase("adapter", tuple(self.shared_keys()), self.config.adapter_epochs))
 
     def outputs(self, model, x):
         """(local logits, adapter logits) for a batch of images."""
-        h1, feats, z_local = self.parts(model, x)
-        h = h1 if self.config.structure == "direct" else feats
-        return z_local, extra_module(model, "adapter")(h)
+        h, r, z_local = self.split(model, x)
+        return z_local, extra_module(model, "adapter")(h if self.config.structure == "direct" else r)
 
     def client_loss(self, task, model, batch, plan, hidden, phase="train"):
         x, y = batch["x"], batch["y"]
-        if phase == "adapter":  # Eq. 8: the frozen CNN only provides h; no FC3 forward needed
-            h = model.fc[0](model.convs(x))
+        if phase == "adapter":  # Eq. 8: the frozen CNN only provides the adapter's input; no head forward
+            h = self.ctx.parts.run(model, "feature_extractor", x)
             if self.config.structure != "direct":
-                h = model.fc[1](h)
+                h = self.ctx.parts.run(model, "representation", h)
             return F.cross_entropy(extra_module(model, "adapter")(h), y)
         z_local, z_adapter = self.outputs(model, x)
         return fm.fedlora_local_loss(z_local, z_adapter, y, self.config.mu)  # Eq. 5

@@ -1,10 +1,10 @@
 """Pure tensor math of FedLoRA and its six baselines (no registration, no training loop).
 
 FedLoRA (papers/fedlora_model_heterogeneous.txt): Eq. 5 local loss, the two adapter
-structures of Sec. 4.3; the adapters' aggregation (Eq. 10) is plain FedAvg, which
-:func:`fedbench.methods.base.weighted_mean_by_key` already is (``Method.aggregate``'s
-default), so it is not repeated here. Baselines: FD (Jeong et al. 2018), FedProto (Tan et
-al. 2022), FML (Shen et al. 2020), FedKD (Wu et al. 2022), LG-FedAvg (Liang et al. 2020).
+structures of Sec. 4.3; the server rules (FedLoRA Eq. 10, plain FedAvg of the adapters,
+and FD's / FedProto's per-class average) are in :mod:`fedbench.methods.aggregation`.
+Baselines: FD (Jeong et al. 2018), FedProto (Tan et al. 2022), FML (Shen et al. 2020),
+FedKD (Wu et al. 2022), LG-FedAvg (Liang et al. 2020).
 
 Shapes: B batch, C classes, D representation width, K clients.
 """
@@ -76,7 +76,8 @@ def class_means(values: torch.Tensor, y: torch.Tensor, n_classes: int) -> tuple[
     """Per-class mean of ``values`` (B, D) over labels ``y`` (B,): means (C, D), counts (C,).
 
     Classes absent from ``y`` get a zero row and count 0. Means of several batches combine
-    exactly with :func:`per_class_average` (stack them as K "clients").
+    exactly with :func:`fedbench.methods.aggregation.per_class_average` (stack them as K
+    "clients").
     """
     counts = torch.bincount(y, minlength=n_classes).to(values.dtype)  # (C,)
     sums = torch.zeros(n_classes, values.shape[1], dtype=values.dtype, device=values.device)
@@ -92,25 +93,6 @@ def class_mean_logits(logits: torch.Tensor, y: torch.Tensor, n_classes: int) -> 
 def class_prototypes(features: torch.Tensor, y: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """FedProto (Tan et al. 2022, Sec. "local prototype"): local prototype = mean representation per class, (C, D), counts (C,)."""
     return class_means(features, y, n_classes)
-
-
-def per_class_average(means: torch.Tensor, counts: torch.Tensor,
-                      leave_out: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Server side of FD and FedProto: per class, the count-weighted mean over clients.
-
-    ``global[c] = sum_k n_kc m_kc / sum_k n_kc`` with means (K, C, D) and counts (K, C);
-    returns (C, D) and the totals (C,); a class no client has stays a zero row, total 0.
-    FedProto's aggregation weights each client's prototype by its class size |D_k,c| like
-    this (PFLlib averages unweighted: pass ``(counts > 0)`` as counts for that).
-    ``leave_out=k`` drops client k's own contribution: FD's Alg. 1 distils each device
-    towards the others' average.
-    """
-    w = counts.to(means.dtype).clone()  # (K, C)
-    if leave_out is not None:
-        w[leave_out] = 0
-    total = w.sum(0)  # (C,)
-    glob = (w[..., None] * means).sum(0) / total.clamp(min=1e-12)[:, None]  # (C, D)
-    return torch.where(total[:, None] > 0, glob, torch.zeros_like(glob)), total
 
 
 # ---------------------------------------------------------------------------------- FD

@@ -14,7 +14,13 @@ Eq. 3 in the issue's numbering) or the allocation is redrawn until every layer i
 Deviations from the authors' code (see docs/methods.md): we weight by example count (the
 code averages uniformly; ``weighting='uniform'`` reproduces it) and LoRA never touches the
 patch embedding (the task's LoRA target list only names block modules).
-Traffic, two counts (``down_bytes_variants``): the frozen block weights never change, so
+LoRA targets: the tasks' profile ``proj_fc2`` (attention output projection + MLP fc2, what
+FedRA targets), the default of ``lora_targets``. It used to be called ``fedra``, a name
+still accepted (deprecated alias, same modules): records and configs that say
+``lora_targets: fedra`` re-run to the same metrics under their own run id; a run that
+leaves the default says ``proj_fc2``, so its run id differs from an old default run's
+while its metrics are the same.
+Traffic, two counts (``traffic``): the frozen block weights never change, so
 by default a client is assumed to have them and the headline counts LoRA + head;
 ``count_frozen_blocks=True`` makes the headline also count shipping the chosen frozen
 blocks each round (the paper's literal sub-model download). Whichever is the headline,
@@ -31,18 +37,20 @@ import numpy as np
 
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, payload_bytes, weighted_mean_by_key
+from fedbench.methods.aggregation import Weighting, weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState, Traffic, tensor_bytes
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class FedRAConfig(MethodConfig):
-    lora_targets: str = cfg_field("fedra", "LoRA targets: FedRA puts LoRA on the attention output projection and MLP fc2")
+    lora_targets: str = cfg_field("proj_fc2", "LoRA targets: FedRA puts LoRA on the attention output projection and "
+                                              "MLP fc2 (profile 'proj_fc2'; 'fedra' is its deprecated name)")
     coverage: Literal["keep", "redraw"] = cfg_field(
         "keep", "layers nobody trained: 'keep' last round's value (Eq. 3) or 'redraw' the allocation (Eq. 4)"
     )
-    weighting: Literal["examples", "uniform"] = cfg_field("examples", "aggregation weights per client")
+    weighting: Weighting = cfg_field("examples", "aggregation weights per client")
     max_redraws: int = cfg_field(100, "bound on allocation redraws for coverage='redraw'")
     count_frozen_blocks: bool = cfg_field(False, "count the frozen weights of the chosen blocks in down traffic")
 
@@ -95,11 +103,7 @@ class FedRA(Method):
         return plans
 
     def aggregate(self, state: MethodState, updates):
-        if self.config.weighting == "uniform":
-            weights = {u.client: 1.0 for u in updates}
-        else:
-            weights = {u.client: float(u.n_examples) for u in updates}
-        return MethodState(weighted_mean_by_key(state.tensors, updates, weights), state.extra)
+        return MethodState(weighted_mean_by_key(state.tensors, updates, self.config.weighting), state.extra)
 
     WITH_BLOCKS = "frozen base weights of the received blocks + LoRA + head (sub-model download)"
     WITHOUT_BLOCKS = "LoRA + head only (frozen blocks assumed on the client)"
@@ -108,14 +112,13 @@ class FedRA(Method):
         blocks = range(self.ctx.n_layers) if plan.blocks is None else plan.blocks
         return sum(self.ctx.block_bytes.get(j, 0) for j in blocks)
 
-    def extra_down_bytes(self, plan: ClientPlan) -> int:
-        return self.frozen_bytes(plan) if self.config.count_frozen_blocks else 0
-
-    def down_bytes_variants(self, plan, payload):
-        base = payload_bytes(payload)
+    def traffic(self, plan, payload, upload):
+        """Headline down: LoRA + head, + the frozen blocks with ``count_frozen_blocks``; the
+        other count is the labelled variant."""
+        lora, blocks = tensor_bytes(payload), self.frozen_bytes(plan)
         if self.config.count_frozen_blocks:
-            return {self.WITHOUT_BLOCKS: base}
-        return {self.WITH_BLOCKS: base + self.frozen_bytes(plan)}
+            return Traffic(lora + blocks, tensor_bytes(upload), {self.WITHOUT_BLOCKS: lora})
+        return Traffic(lora, tensor_bytes(upload), {self.WITH_BLOCKS: lora + blocks})
 
 
 @METHODS.register("fedra_fulldepth",
@@ -146,8 +149,6 @@ class FedRAFullDepth(FedRA):
         return {p.client: ClientPlan(p.client, p.tier, tuple(int(j) for j in np.flatnonzero(m[i])))
                 for i, p in enumerate(clients)}
 
-    def extra_down_bytes(self, plan: ClientPlan) -> int:
-        return 0  # the full backbone is on the client
-
-    def down_bytes_variants(self, plan, payload):
-        return {}
+    def traffic(self, plan, payload, upload):
+        """The payload and the upload, no variants: the full backbone is on the client."""
+        return Traffic(tensor_bytes(payload), tensor_bytes(upload))

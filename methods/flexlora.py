@@ -8,8 +8,8 @@ import torch
 
 from fedbench.methods import METHODS
 from fedbench.methods.base import MethodState
-from fedbench.methods.rank_hetero import (A_SFX, B_SFX, RankMethod, base_key, lora_product, pad_rank,
-                                         top_factors)
+from fedbench.methods.aggregation import pad_rank, top_factors
+from fedbench.methods.rank_hetero import A_SFX, B_SFX, RankMethod, base_key, lora_product
 
 
 DELTA_SFX = ".flexlora_delta"  # state key of a module's dense global update (d_out, d_in)

@@ -8,8 +8,9 @@ import math
 import torch
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import MethodState, payload_bytes
-from fedbench.methods.rank_hetero import A_SFX, B_SFX, RankMethod, base_key, stack_lora
+from fedbench.methods.base import MethodState, Traffic, tensor_bytes
+from fedbench.methods.aggregation import stack_lora
+from fedbench.methods.rank_hetero import A_SFX, B_SFX, RankMethod, base_key
 
 
 @METHODS.register("flora", "FLoRA: stack the clients' LoRA along the rank axis, merge into the base, fresh LoRA each round (traffic: the stack; merged weights as alt)")
@@ -26,7 +27,7 @@ class FLoRA(RankMethod):
     Payload: W_t of every LoRA module (the merged weights), a fresh A (peft's init,
     uniform(+-1/sqrt(d_in)), seeded per client and round) with B = 0, and the head.
 
-    Traffic, two counts (``down_bytes`` / ``down_bytes_variants``): the headline
+    Traffic, two counts (``traffic``): the headline
     ``cost.traffic_mb_per_client_round`` counts what the FLoRA and Fed-HeLLo papers count,
     the stacked adapter of the last aggregation, sum_i r_i (d_in + d_out) numbers per
     module (from which a client rebuilds W_t = W_{t-1} + B_s A_s itself; nothing in round
@@ -50,17 +51,16 @@ class FLoRA(RankMethod):
             p.extra["stack_rank"] = int(state.extra.get("stack_rank", 0))  # sum_i r_i of the last merge
         return plans
 
-    def down_bytes(self, plan, payload):
-        """The stacked adapter (sum_i r_i (d_in + d_out) per module, the papers' count) + the head."""
+    def traffic(self, plan, payload, upload):
+        """Headline down: the stacked adapter (sum_i r_i (d_in + d_out) per module, the
+        papers' count) + the head; variant: the payload as sent (merged weights)."""
         r_stack = int(plan.extra.get("stack_rank", 0))
         stack = 0
         for m in self.modules:
             w = payload[base_key(m)]  # (d_out, d_in)
             stack += r_stack * (w.shape[0] + w.shape[1]) * w.element_size()
-        return stack + payload_bytes({k: payload[k] for k in self.ctx.head_keys if k in payload})
-
-    def down_bytes_variants(self, plan, payload):
-        return {self.MERGED_LABEL: payload_bytes(payload)}
+        head = tensor_bytes({k: payload[k] for k in self.ctx.head_keys if k in payload})
+        return Traffic(stack + head, tensor_bytes(upload), {self.MERGED_LABEL: tensor_bytes(payload)})
 
     def client_payload(self, state, plan):
         gen = torch.Generator().manual_seed(plan.extra["init_seed"])

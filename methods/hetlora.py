@@ -12,8 +12,8 @@ import torch
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
 from fedbench.methods.base import MethodState
-from fedbench.methods.rank_hetero import (A_SFX, B_SFX, RankConfig, RankMethod, active_lora_pairs, component_mean,
-                                         lora_product)
+from fedbench.methods.aggregation import component_mean
+from fedbench.methods.rank_hetero import A_SFX, B_SFX, RankConfig, RankMethod, active_lora_pairs, lora_product
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,9 @@ import torch
 
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
-from fedbench.methods.base import (ClientPlan, ClientUpdate, Method, MethodConfig, MethodState, weighted_mean_by_key)
+from fedbench.methods.aggregation import weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, ClientUpdate, Method, MethodConfig, MethodState
+from fedbench.methods.paper_defaults import paper_defaults
 
 A_SFX, B_SFX = ".lora_A.weight", ".lora_B.weight"
 
@@ -60,54 +62,6 @@ def lora_product(a: torch.Tensor, b: torch.Tensor, scaling: float) -> torch.Tens
     return scaling * (b.float() @ a.float())
 
 
-def component_mean(current: torch.Tensor, parts: Sequence[torch.Tensor], weights: Sequence[float],
-                   dim: int) -> torch.Tensor:
-    """HETLoRA's zero-padded aggregation of one LoRA tensor along its rank axis ``dim``.
-
-    ``current`` has r_max components along ``dim``; part i has its first r_i. Component k:
-    sum_{i: r_i > k} w_i x_i[k] / sum_{i: r_i > k} w_i; a component nobody had keeps its
-    current value.
-    """
-    r_max = current.shape[dim]
-    num = torch.zeros(current.shape, dtype=torch.float32, device=current.device)
-    den = torch.zeros(r_max, dtype=torch.float32, device=current.device)
-    for x, w in zip(parts, weights):
-        r = x.shape[dim]
-        if r > r_max:
-            raise ValueError(f"a client sent {r} components, more than the global rank {r_max}")
-        num.narrow(dim, 0, r).add_(float(w) * x.to(num))
-        den[:r] += float(w)
-    shape = [1] * current.dim()
-    shape[dim] = r_max
-    den = den.view(shape)
-    out = torch.where(den > 0, num / den.clamp_min(1e-30), current.float())
-    return out.to(current.dtype)
-
-
-def stack_lora(parts: Sequence[tuple[torch.Tensor, torch.Tensor]], coefs: Sequence[float]):
-    """FLoRA's stacking: A_s = concat_i(c_i A_i) (sum r_i, d_in), B_s = concat_i(B_i)
-    (d_out, sum r_i), so that B_s A_s = sum_i c_i B_i A_i exactly."""
-    a = torch.cat([c * a.float() for (a, _), c in zip(parts, coefs)], dim=0)
-    b = torch.cat([b.float() for _, b in parts], dim=1)
-    return a, b
-
-
-def top_factors(delta: torch.Tensor, r: int, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlexLoRA's redistribution: the best rank-r approximation of ``delta`` as LoRA factors
-    of scaling ``scaling``: A = V_r^T (r, d_in), B = U_r S_r / scaling (d_out, r)
-    (Eckart-Young: U_r S_r V_r^T minimises ||delta - X||_F over rank-r X)."""
-    u, s, vh = torch.linalg.svd(delta.float(), full_matrices=False)
-    r = min(r, s.numel())
-    return vh[:r].contiguous(), (u[:, :r] * s[:r]) / scaling
-
-
-def pad_rank(a: torch.Tensor, b: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero-pad LoRA factors A (k, d_in), B (d_out, k) to rank r >= k."""
-    k = a.shape[0]
-    return (torch.cat([a, a.new_zeros(r - k, a.shape[1])], 0),
-            torch.cat([b, b.new_zeros(b.shape[0], r - k)], 1))
-
-
 def active_lora_pairs(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, torch.nn.Parameter]]:
     """(A, B) parameters of the active adapter of every peft LoRA layer in ``model``."""
     from peft.tuners.lora import LoraLayer  # peft on use: registering methods stays cheap
@@ -121,11 +75,6 @@ def active_lora_pairs(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, 
 
 
 # ----------------------------------------------------------------------------- base class
-#: r_max by task kind (Fed-HeLLo Sec. IV-A: LoRA rank 16 for classification, 8 for
-#: instruction tuning; the rank baselines' tiers 1/4/16 and 1/1/8 fit under it)
-PAPER_R_MAX = {"classification": 16, "generation": 8}
-
-
 @dataclass(frozen=True)
 class RankConfig(MethodConfig):
     lora_r: int | None = cfg_field(
@@ -151,9 +100,9 @@ class RankMethod(Method):
 
     @classmethod
     def resolve_config(cls, config, task_kind):
-        """r_max = ``lora_r``, or None -> the paper's for the task kind (``PAPER_R_MAX``)."""
+        """r_max = ``lora_r``, or None -> the paper's for the task kind (``paper_defaults``)."""
         if config.lora_r is None:
-            config = dataclasses.replace(config, lora_r=PAPER_R_MAX.get(task_kind, PAPER_R_MAX["classification"]))
+            config = dataclasses.replace(config, lora_r=paper_defaults(task_kind).lora_r)
         return config
 
     def _check_ranks(self, profiles) -> None:
@@ -200,7 +149,7 @@ class RankMethod(Method):
         """Example-weighted mean of the head over the clients (methods.md: every client trains it)."""
         heads = [ClientUpdate(u.client, {k: u.tensors[k] for k in self.ctx.head_keys if k in u.tensors},
                               u.n_examples, u.plan) for u in updates]
-        return weighted_mean_by_key(state.tensors, heads, {u.client: float(u.n_examples) for u in updates})
+        return weighted_mean_by_key(state.tensors, heads, "examples")
 
     def head_tensors(self, state: MethodState) -> dict[str, torch.Tensor]:
         return {k: state.tensors[k] for k in self.ctx.head_keys}

@@ -21,8 +21,8 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from fedbench.methods.base import EXTRA_PREFIX
-from fedbench.tasks.base import ModelBundle, get_submodule
+from fedbench.methods.base import EXTRA_PREFIX, tensor_bytes
+from fedbench.tasks.base import PART_NAMES, ModelBundle, get_submodule
 
 DEFAULT_ADAPTER = "default"
 _LORA_RE = re.compile(r"\.(lora_[AB])\.([^.]+)\.")
@@ -36,17 +36,14 @@ def canonical(name: str) -> tuple[str, str | None]:
     return name[: m.start()] + f".{m.group(1)}." + name[m.end():], m.group(2)
 
 
-def tensor_bytes(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> int:
-    values = tensors.values() if isinstance(tensors, Mapping) else tensors
-    return int(sum(t.numel() * t.element_size() for t in values))
-
-
 class AdapterModel:
     """A model with LoRA on the task's target modules, addressed by layer.
 
     Attributes:
         layer_keys: adapter layer j -> canonical names of its LoRA tensors.
         head_keys: canonical names of the head tensors (trained by every client).
+        part_keys: part of ``bundle.parts`` -> canonical names of its base (non-LoRA)
+            tensors; empty when the model declares no parts.
     """
 
     def __init__(self, bundle: ModelBundle, r: int, alpha: float, dropout: float, target_profile: str,
@@ -66,6 +63,8 @@ class AdapterModel:
         self._index()
         self.layer_keys = {j: self._keys_under(mods, DEFAULT_ADAPTER) for j, mods in self.layer_modules.items()}
         self.head_keys = [k for m in bundle.head_modules for k in self._keys_under([m], None)]
+        parts = bundle.parts
+        self.part_keys = {} if parts is None else {n: self._keys_under(parts.modules(n), None) for n in PART_NAMES}
         if not self.head_keys and bundle.head_modules:
             raise ValueError(f"head modules {bundle.head_modules} have no parameters")
         self.extra_keys: list[str] = []  # tensors of modules a method attached (attach_extra)

@@ -140,7 +140,7 @@ class ClientCost:
     seconds: float = 0.0
     down_bytes: int = 0
     up_bytes: int = 0
-    down_variants: dict = field(default_factory=dict)  # label -> down bytes counted another way (Method.down_bytes_variants)
+    down_variants: dict = field(default_factory=dict)  # label -> down bytes counted another way (Traffic.down_variants)
     train_loss: float | None = None
     first_loss: float | None = None  # the loss of its first step, before any update of this client-round
     breakdown: dict = field(default_factory=dict)

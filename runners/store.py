@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from fedbench.runners.adapters import tensor_bytes
+from fedbench.methods.base import tensor_bytes
 
 
 class ClientStore:

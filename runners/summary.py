@@ -61,9 +61,9 @@ def local_summary(per_client: dict[int, float], archs: dict[int, str]) -> dict:
 
 
 def traffic_variants(costs: Sequence[ClientCost]) -> dict:
-    """Per label of ``Method.down_bytes_variants``: the per-client-round traffic (MB) with
-    the down traffic counted that way (up unchanged), over the client-rounds that report it
-    (every trained client of such a method), by tier too."""
+    """Per label of ``Traffic.down_variants`` (``Method.traffic``): the per-client-round
+    traffic (MB) with the down traffic counted that way (up unchanged), over the
+    client-rounds that report it (every trained client of such a method), by tier too."""
     labels = sorted({k for c in costs for k in c.down_variants})
     out = {}
     for label in labels:

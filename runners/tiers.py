@@ -6,8 +6,8 @@ same count as a prefix depth (depth methods), and a LoRA rank (rank methods).
 - ``--roc a:b:c``: fractions a/(a+b+c), ... of the clients fall into tiers 0, 1, 2 whose
   layer budgets are ``tier_fractions`` of L (Fed-HeLLo: 1/2, 3/4, all) and whose ranks are
   ``tier_ranks`` (None = by task kind, Fed-HeLLo Sec. IV-A's rank baselines: 1/4/16 for
-  classification, 1/1/8 for instruction tuning; :data:`PAPER_TIER_RANKS`). Tier 0 is the
-  weakest. Counts are exact (``largest_remainder`` on :class:`fractions.Fraction`).
+  classification, 1/1/8 for instruction tuning; :mod:`fedbench.methods.paper_defaults`).
+  Tier 0 is the weakest. Counts are exact (``largest_remainder`` on :class:`fractions.Fraction`).
 - ``--capacities``: per-client layer counts (FedRA), cycled when there are more clients;
   tiers are the distinct counts in ascending order.
 - neither: every client can train everything (tier 0).
@@ -26,18 +26,14 @@ import numpy as np
 
 from fedbench.errors import UserError
 from fedbench.methods.base import ClientProfile
-
-
-#: tier ranks when ``run.tier_ranks`` is None, by task kind (Fed-HeLLo Sec. IV-A: the rank
-#: baselines get ranks 1, 4, 16 for classification and 1, 1, 8 for instruction tuning)
-PAPER_TIER_RANKS = {"classification": [1, 4, 16], "generation": [1, 1, 8]}
+from fedbench.methods.paper_defaults import paper_defaults
 
 
 def tier_ranks_for(tier_ranks: Sequence[int] | None, task_kind: str) -> list[int]:
     """``run.tier_ranks`` resolved: the given list, or the paper's for ``task_kind``."""
     if tier_ranks is not None:
         return [int(r) for r in tier_ranks]
-    return list(PAPER_TIER_RANKS.get(task_kind, PAPER_TIER_RANKS["classification"]))
+    return list(paper_defaults(task_kind).tier_ranks)
 
 
 def parse_roc_exact(roc: str) -> list[Fraction]:

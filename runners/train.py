@@ -19,8 +19,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from fedbench.methods.base import ClientPlan, LocalPhase, Method
-from fedbench.runners.adapters import AdapterModel, DEFAULT_ADAPTER, tensor_bytes
+from fedbench.methods.base import ClientPlan, LocalPhase, Method, tensor_bytes
+from fedbench.runners.adapters import AdapterModel, DEFAULT_ADAPTER
 from fedbench.runners.meters import ClientCost, SavedTensorBytes, Stopwatch, count_flops, optimizer_state_bytes
 from fedbench.tasks.base import Task, iterate_batches, to_device
 

@@ -11,8 +11,9 @@ the same result anywhere, because every random draw of a job comes from the job'
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -68,7 +69,9 @@ class ModelPool:
 
     def __init__(self, task: Task, data: TaskData, lora: LoraSettings, seed: int, device: torch.device):
         self.task, self.data, self.lora, self.seed, self.device = task, data, lora, seed, device
-        self.method: Method | None = None
+        #: ``extras(head)``: the method's extra modules (``Method.extra_modules``), attached
+        #: to every model the pool builds; set by the builder before the method exists
+        self.extras: Callable[[torch.nn.Module | None], dict] | None = None
         self._models: dict[str, AdapterModel] = {}
         self._fresh: dict[tuple[str, str], torch.Tensor] = {}
 
@@ -82,8 +85,8 @@ class ModelPool:
             raise UserError(f"unknown architecture {arch!r} (the task has: {', '.join(self.task.archs())})")
         return arch
 
-    def set_method(self, method: Method) -> None:
-        self.method = method
+    def set_extras(self, extras: Callable[[torch.nn.Module | None], dict]) -> None:
+        self.extras = extras
         for arch, am in self._models.items():
             self._attach(arch, am)
 
@@ -99,7 +102,7 @@ class ModelPool:
             torch.manual_seed(seed_for(self.seed, "model", arch))
             bundle = self.task.build_model(self.data, None if arch == self.default_arch else arch)
             am = AdapterModel(bundle, lora.r, lora.alpha, lora.dropout, lora.targets, self.device)
-        if self.method is not None:
+        if self.extras is not None:
             self._attach(arch, am)
         return am
 
@@ -108,7 +111,7 @@ class ModelPool:
         head = bundle.model.get_submodule(bundle.head_modules[-1]) if bundle.head_modules else None
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed_for(self.seed, "extra", arch))
-            am.attach_extra(self.method.extra_modules(head))
+            am.attach_extra(self.extras(head))
 
     def fresh(self, arch: str | None, keys: list[str]) -> dict[str, torch.Tensor]:
         """The initial values of ``keys`` in a newly built model of ``arch`` (a client's
@@ -155,11 +158,11 @@ class WorkerSpec:
             n_layers=am.bundle.n_layers, layer_keys=am.layer_keys, head_keys=am.head_keys, profiles=dict(profiles),
             lora_r=spec.lora.r, lora_alpha=spec.lora.alpha, task_kind=pool.task.kind, server=server,
             block_bytes=am.block_bytes, rounds=spec.run.rounds, init_head=pool.task.init_head,
-            n_classes=data.n_classes, data_info=dict(data.info),
+            n_classes=data.n_classes, data_info=dict(data.info), parts=am.bundle.parts, part_keys=am.part_keys,
         )
-        method = self.method_cls(spec.method_config, ctx)
-        pool.set_method(method)
-        ctx.extra_keys = list(am.extra_keys)
+        cls, cfg = self.method_cls, spec.method_config
+        pool.set_extras(lambda head: cls.extra_modules(cfg, ctx, head))
+        method = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))  # a complete context
         return ClientWorker(pool, method, spec.train, spec.run.measure_flops)
 
 

@@ -2,13 +2,15 @@
 
 A task returns a :class:`ModelBundle` from ``build_model()``: the model, the dotted path of
 its container of blocks, and per LoRA *target profile* the module-name suffixes inside a
-block (e.g. ``{"fedra": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}``). The layer map
+block (e.g. ``{"proj_fc2": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}``). The layer map
 ``block index -> module names`` follows from these, so methods never spell state-dict
-keys.
+keys. A classifier that methods may split declares its :class:`ModelParts` (feature
+extractor, representation layer, head) in the bundle.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Sequence
 
@@ -18,6 +20,49 @@ from torch import nn
 
 from fedbench.configs import TaskConfig  # noqa: F401 - the base of every task config, re-exported
 
+log = logging.getLogger(__name__)
+
+
+#: LoRA target profiles under their old names -> their names now. Configs and records
+#: written before a rename keep working (a record keeps the name it was run with):
+#: ``fedra`` named a method; the profile is what it targets, the attention output
+#: projection + the MLP's second linear.
+PROFILE_ALIASES: dict[str, str] = {"fedra": "proj_fc2"}
+
+#: the parts of :class:`ModelParts`, in forward order
+PART_NAMES: tuple[str, ...] = ("feature_extractor", "representation", "head")
+
+
+@dataclass(frozen=True)
+class ModelParts:
+    """Which modules of a classifier form its feature extractor, its representation layer
+    and its head, as module paths in forward order: x -> ``feature_extractor`` -> h ->
+    ``representation`` -> r -> ``head`` -> logits, each part running its modules one after
+    another (the model's forward must be this chain). Methods that split a model use it
+    instead of naming layers: FedLoRA's adapters read h or r, FedProto's prototypes are
+    means of r, LG-FedAvg shares the head (the FedLoRA family, methods/personalised.py)."""
+
+    feature_extractor: tuple[str, ...]
+    representation: tuple[str, ...]
+    head: tuple[str, ...]
+
+    def modules(self, part: str) -> tuple[str, ...]:
+        """The module paths of ``part`` (one of :data:`PART_NAMES`)."""
+        return {"feature_extractor": self.feature_extractor, "representation": self.representation,
+                "head": self.head}[part]
+
+    def run(self, model: nn.Module, part: str, x: torch.Tensor) -> torch.Tensor:
+        """``part`` of ``model`` applied to ``x`` (its modules in order)."""
+        for path in self.modules(part):
+            x = model.get_submodule(path)(x)
+        return x
+
+    def forward(self, model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(h, r, logits): the feature extractor's output, the representation, the head's output."""
+        h = self.run(model, "feature_extractor", x)
+        r = self.run(model, "representation", h)
+        return h, r, self.run(model, "head", r)
+
 
 @dataclass
 class ModelBundle:
@@ -26,6 +71,9 @@ class ModelBundle:
     lora_targets: dict[str, list[str]]  # profile -> module suffixes inside one block
     head_modules: list[str]  # modules every client trains and the server averages
     default_target: str = "default"
+    #: the model's parts (feature extractor, representation, head); None = the model does not
+    #: declare them, and methods that split a model (the FedLoRA family) refuse it
+    parts: ModelParts | None = None
 
     def blocks(self) -> nn.Module:
         return get_submodule(self.model, self.blocks_path)
@@ -35,9 +83,14 @@ class ModelBundle:
         return len(self.blocks())
 
     def layer_map(self, profile: str) -> dict[int, list[str]]:
-        """Block index -> full names of the modules that get LoRA."""
+        """Block index -> full names of the modules that get LoRA (``default`` = the
+        model's default profile; an old name in :data:`PROFILE_ALIASES` = its new name)."""
         if profile == "default":
             profile = self.default_target
+        if profile in PROFILE_ALIASES:
+            log.warning("LoRA target profile %r is deprecated; it is now called %r", profile,
+                        PROFILE_ALIASES[profile])
+            profile = PROFILE_ALIASES[profile]
         if profile not in self.lora_targets:
             from fedbench.errors import UserError
 

@@ -24,11 +24,10 @@ each side, as LeNet-5 did for MNIST) and the first conv takes ``in_channels=1``;
 layer after it then has Table 1's dimensions. ``img_size`` still lets any square input
 through (the flattened size follows from it), but the tasks feed 32x32.
 
-Split used by the methods: ``features(x)`` = convs + FC1 + FC2, the 500-d representation
-(FedProto's prototypes, FedLoRA's matrix-decomposition adapter input); ``head`` = FC3, the
-classifier (LG-FedAvg's shared part); ``hidden(x)`` = the FC1 output (FedLoRA's
-direct-dimension-reduction adapter input). State-dict prefixes: ``convs.``, ``fc.0.``
-(FC1), ``fc.1.`` (FC2), ``head.`` (FC3).
+``features(x)`` = convs + FC1 + FC2, the 500-d representation; ``hidden(x)`` = the FC1
+output; ``head`` = FC3, the classifier. State-dict prefixes: ``convs.``, ``fc.0.`` (FC1),
+``fc.1.`` (FC2), ``head.`` (FC3). Methods do not use these names: the task's model bundle
+declares the parts they split the model into (``fedbench.tasks.cnn_task.CNN_PARTS``).
 """
 
 from __future__ import annotations

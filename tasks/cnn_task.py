@@ -5,7 +5,9 @@ Task contract for per-client models: ``archs()`` names the models a client may g
 shape (no ``load()`` call: the task holds no data). The "blocks" of the
 :class:`ModelBundle` are the two hidden FC layers (``fc.0`` = FC1, ``fc.1`` = FC2), the
 only layers that exist in every CNN and where FedLoRA puts its adapter (Sec. 4); the
-LoRA profile ``fc`` targets their ``linear``. FC3 (``head``) is the classifier.
+LoRA profile ``fc`` targets their ``linear``. FC3 (``head``) is the classifier. The bundle
+declares the CNN's parts (:data:`CNN_PARTS`): feature extractor = convs + FC1,
+representation = FC2 (500-d), head = FC3.
 """
 
 from __future__ import annotations
@@ -17,18 +19,25 @@ import numpy as np
 import torch
 
 from fedbench.config import cfg_field
-from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import ClassificationTask, ModelBundle, ModelParts, TaskConfig, TaskData
 from fedbench.tasks.cnn import ARCHS, arch_index, cnn
 
 #: LoRA target profiles: ``fc`` (peft LoRA on FC1/FC2) and ``none`` (no peft LoRA: the
 #: FedLoRA family trains whole CNNs and brings its own adapter as an extra module)
 LORA_TARGETS = {"fc": ["linear"], "none": []}
 
+#: the parts of every Table 1 CNN (its forward is this chain): the convs and FC1 extract
+#: features (FC1's output: FedLoRA's direct-reduction adapter input), FC2 gives the 500-d
+#: representation (FedProto's prototypes, the decomposition adapter's input), FC3 classifies
+CNN_PARTS = ModelParts(feature_extractor=("convs", "fc.0"), representation=("fc.1",), head=("head",))
+
 
 def cnn_bundle(arch: str | None, in_channels: int, n_classes: int, img_size: int) -> ModelBundle:
-    """The :class:`ModelBundle` of Table 1 CNN ``arch`` (None = cnn1): blocks = FC1, FC2; head = FC3."""
+    """The :class:`ModelBundle` of Table 1 CNN ``arch`` (None = cnn1): blocks = FC1, FC2;
+    head = FC3; parts :data:`CNN_PARTS`."""
     model = cnn(arch_index(arch), in_channels, n_classes, img_size)
-    return ModelBundle(model, "fc", {k: list(v) for k, v in LORA_TARGETS.items()}, ["head"], default_target="fc")
+    return ModelBundle(model, "fc", {k: list(v) for k, v in LORA_TARGETS.items()}, ["head"], default_target="fc",
+                       parts=CNN_PARTS)
 
 
 @dataclass(frozen=True)

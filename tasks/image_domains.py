@@ -104,7 +104,7 @@ class VisionTask(ClassificationTask):
     """
 
     config_cls = VisionConfig
-    default_profile = "fedra"
+    default_profile = "proj_fc2"
 
     def image_settings(self) -> tuple[int, tuple[float, ...], tuple[float, ...]]:
         native, mean, std = vision_defaults(self.config.model)

@@ -25,15 +25,15 @@ A model that cannot be found raises :class:`~fedbench.errors.UserError` with one
 naming what to download and the option to pass. Heavy optional packages (``gguf``) are
 only imported when used.
 
-Layer maps follow the papers: ViT ``blocks`` with profiles ``fedra`` (attention output
-projection + MLP fc2, FedRA Sec. 4.1: "the last fully connected layer of each
-substructure") and ``qv`` (Fed-HeLLo Sec. IV-A: "query" and "value"). timm's ViT computes
-q, k and v with one fused linear layer ``attn.qkv``; LoRA on that fused layer is the
+Layer maps follow the papers: ViT ``blocks`` with profiles ``proj_fc2`` (attention output
+projection + MLP fc2, FedRA's placement, Sec. 4.1: "the last fully connected layer of each
+substructure"; ``fedra`` is its deprecated name) and ``qv`` (Fed-HeLLo Sec. IV-A: "query"
+and "value"). timm's ViT computes q, k and v with one fused linear layer ``attn.qkv``; LoRA on that fused layer is the
 closest timm equivalent of LoRA on query and value (it also adapts the key projection).
 MLP-Mixer has no attention: both profiles put LoRA on the token- and channel-mixing fc2.
-BERT-style encoders: ``qv`` = ``attention.self.query/value``; ``fedra`` =
+BERT-style encoders: ``qv`` = ``attention.self.query/value``; ``proj_fc2`` =
 ``attention.output.dense`` + ``output.dense``. Causal LMs: ``qv`` = ``q_proj``/``v_proj``;
-``fedra`` = the attention output projection + the MLP down projection.
+``proj_fc2`` = the attention output projection + the MLP down projection.
 """
 
 from __future__ import annotations
@@ -262,13 +262,13 @@ def check_arch(arch: str | None, task: str) -> None:
 
 # ------------------------------------------------------------------------ text encoders
 _BERT_LIKE = ("encoder.layer", {"qv": ["attention.self.query", "attention.self.value"],
-                                "fedra": ["attention.output.dense", "output.dense"]})
+                                "proj_fc2": ["attention.output.dense", "output.dense"]})
 ENCODER_FAMILIES: dict[str, tuple[str, dict[str, list[str]]]] = {
     "bert": _BERT_LIKE, "roberta": _BERT_LIKE, "xlm-roberta": _BERT_LIKE, "electra": _BERT_LIKE,
     "camembert": _BERT_LIKE, "mpnet": ("encoder.layer", {"qv": ["attention.attn.q", "attention.attn.v"],
-                                                         "fedra": ["attention.attn.o", "output.dense"]}),
+                                                         "proj_fc2": ["attention.attn.o", "output.dense"]}),
     "distilbert": ("transformer.layer", {"qv": ["attention.q_lin", "attention.v_lin"],
-                                         "fedra": ["attention.out_lin", "ffn.lin2"]}),
+                                         "proj_fc2": ["attention.out_lin", "ffn.lin2"]}),
 }
 
 
@@ -329,15 +329,15 @@ def family_layout(model_type: str, table: dict, what: str) -> tuple[str, dict[st
 
 # ------------------------------------------------------------------------ causal LMs
 _LLAMA_LIKE = ("model.layers", {"qv": ["self_attn.q_proj", "self_attn.v_proj"],
-                                "fedra": ["self_attn.o_proj", "mlp.down_proj"]})
+                                "proj_fc2": ["self_attn.o_proj", "mlp.down_proj"]})
 LM_FAMILIES: dict[str, tuple[str, dict[str, list[str]]]] = {
     "llama": _LLAMA_LIKE, "mistral": _LLAMA_LIKE, "qwen2": _LLAMA_LIKE, "qwen3": _LLAMA_LIKE,
     "gemma": _LLAMA_LIKE, "gemma2": _LLAMA_LIKE, "phi3": ("model.layers", {
-        "qv": ["self_attn.qkv_proj"], "fedra": ["self_attn.o_proj", "mlp.down_proj"]}),
+        "qv": ["self_attn.qkv_proj"], "proj_fc2": ["self_attn.o_proj", "mlp.down_proj"]}),
     "opt": ("model.decoder.layers", {"qv": ["self_attn.q_proj", "self_attn.v_proj"],
-                                     "fedra": ["self_attn.out_proj", "fc2"]}),
+                                     "proj_fc2": ["self_attn.out_proj", "fc2"]}),
     "gpt_neox": ("gpt_neox.layers", {"qv": ["attention.query_key_value"],
-                                     "fedra": ["attention.dense", "mlp.dense_4h_to_h"]}),
+                                     "proj_fc2": ["attention.dense", "mlp.dense_4h_to_h"]}),
 }
 
 

@@ -160,17 +160,17 @@ class TinyVision(ClassificationTask):
                     depth=c.depth, num_heads=3, mlp_ratio=2.0, global_pool="avg",
                 )
             vit.init_weights_vit_timm(model.head)
-            targets = {"fedra": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}
-            return ModelBundle(model, "blocks", targets, ["head"], default_target="fedra")
+            targets = {"proj_fc2": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}
+            return ModelBundle(model, "blocks", targets, ["head"], default_target="proj_fc2")
         if c.model == "mixer":
             with fixed_init(c.data_seed):  # timm initialises the Mixer head to zero: nothing to redraw
                 model = mixer.MlpMixer(
                     num_classes=c.n_classes, img_size=c.img_size, patch_size=8, num_blocks=c.depth, embed_dim=c.width,
                 )
             # Mixer has no attention: LoRA on the two fc2s (FedRA) for every profile
-            targets = {"fedra": ["mlp_tokens.fc2", "mlp_channels.fc2"]}
-            targets["qv"] = targets["fedra"]
-            return ModelBundle(model, "blocks", targets, ["head"], default_target="fedra")
+            targets = {"proj_fc2": ["mlp_tokens.fc2", "mlp_channels.fc2"]}
+            targets["qv"] = targets["proj_fc2"]
+            return ModelBundle(model, "blocks", targets, ["head"], default_target="proj_fc2")
         raise UserError(f"tiny_vision: unknown model {c.model!r} (choose from: vit, mixer, cnn)")
 
     def init_head(self, module, template):
@@ -270,7 +270,7 @@ class TinyText(ClassificationTask):
         with fixed_init(c.data_seed):  # the "pretrained" weights are fixed across runs
             model = BertForSequenceClassification(cfg)
         model._init_weights(model.classifier)
-        targets = {"qv": ["attention.self.query", "attention.self.value"], "fedra": ["attention.output.dense", "output.dense"]}
+        targets = {"qv": ["attention.self.query", "attention.self.value"], "proj_fc2": ["attention.output.dense", "output.dense"]}
         return ModelBundle(model, "bert.encoder.layer", targets, ["classifier"], default_target="qv")
 
     def forward(self, model, batch):
@@ -376,7 +376,7 @@ class TinyLM(Task):
         with fixed_init(c.data_seed):
             model = LlamaForCausalLM(cfg)
         model._init_weights(model.lm_head)
-        targets = {"qv": ["self_attn.q_proj", "self_attn.v_proj"], "fedra": ["self_attn.o_proj", "mlp.down_proj"]}
+        targets = {"qv": ["self_attn.q_proj", "self_attn.v_proj"], "proj_fc2": ["self_attn.o_proj", "mlp.down_proj"]}
         # a random-init tiny LM needs a trainable read-out to learn in a few rounds
         return ModelBundle(model, "model.layers", targets, ["lm_head"], default_target="qv")
 

@@ -1,6 +1,7 @@
 """Vision backbones: timm ViT / MLP-Mixer by name (hub, HF cache or a local folder) and
-the tiny random-init test models, with their LoRA layer maps (FedRA: attention output
-projection + MLP fc2; Fed-HeLLo: query and value, i.e. timm's fused ``attn.qkv``)."""
+the tiny random-init test models, with their LoRA layer maps (``proj_fc2``: attention
+output projection + MLP fc2, FedRA's placement; ``qv``: query and value, Fed-HeLLo's, i.e.
+timm's fused ``attn.qkv``)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from fedbench.tasks.models import IMAGENET_MEAN, IMAGENET_STD, TINY_VISION, fixe
 
 log = logging.getLogger(__name__)
 
-VIT_TARGETS = {"fedra": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}
-MIXER_TARGETS = {"fedra": ["mlp_tokens.fc2", "mlp_channels.fc2"], "qv": ["mlp_tokens.fc2", "mlp_channels.fc2"]}
+VIT_TARGETS = {"proj_fc2": ["attn.proj", "mlp.fc2"], "qv": ["attn.qkv"]}
+MIXER_TARGETS = {"proj_fc2": ["mlp_tokens.fc2", "mlp_channels.fc2"], "qv": ["mlp_tokens.fc2", "mlp_channels.fc2"]}
 
 
 def vision_defaults(name: str) -> tuple[int, tuple[float, ...], tuple[float, ...]]:

@@ -3,9 +3,8 @@
 import numpy as np
 import torch
 
-from fedbench.methods.base import ClientPlan, ClientProfile, ClientUpdate, MethodContext, MethodState
+from fedbench.methods.base import ClientProfile, ClientUpdate, MethodContext, MethodState, Traffic
 from fedbench.methods.baselines import AllSmall, Exclusive, FedAvg, Straggler, StragglerConfig
-from fedbench.methods.base import MethodConfig
 
 L = 12
 LAYER_KEYS = {j: [f"l{j}.A"] for j in range(L)}
@@ -32,6 +31,13 @@ def test_fedavg_everyone_trains_everything_and_averages_by_examples():
     ups = [ClientUpdate(i, {"l0.A": torch.tensor([float(i + 1)])}, 10 * (i + 1), ps[i]) for i in range(3)]
     new = m.aggregate(st, ups)
     assert torch.allclose(new.tensors["l0.A"], torch.tensor([(1 * 10 + 2 * 20 + 3 * 30) / 60]))
+
+
+def test_default_traffic_is_the_payload_down_and_the_upload_up():
+    m, ps = plans(FedAvg)
+    payload = {"l0.A": torch.zeros(3, 4), "head": torch.zeros(5, dtype=torch.float16)}
+    upload = {"l0.A": torch.zeros(3, 4, dtype=torch.float64)}
+    assert m.traffic(ps[0], payload, upload) == Traffic(3 * 4 * 4 + 5 * 2, 3 * 4 * 8, {})
 
 
 def test_straggler_authors_alternate_layers():

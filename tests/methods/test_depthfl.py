@@ -29,8 +29,8 @@ class _Task(ClassificationTask):
 def _setup(tiny_am, ctx_for, n_blocks, budgets, **kw):
     am = tiny_am(n_blocks=n_blocks)
     ctx = ctx_for(am, [(t, d, 4) for t, d in enumerate(budgets)], rounds=4)
+    ctx.extra_keys = am.attach_extra(DepthFL.extra_modules(DepthFLConfig(**kw), ctx, am.model.head))
     m = DepthFL(DepthFLConfig(**kw), ctx)
-    ctx.extra_keys = am.attach_extra(m.extra_modules(am.model.head))
     state = MethodState(am.read(am.all_keys))
     plans = m.plan(2, list(ctx.profiles.values()), state, np.random.default_rng(0))
     return am, m, state, plans

@@ -12,8 +12,8 @@ from spy import spying
 from fedbench.config import build_config
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, ClientUpdate, MethodState
-from fedbench.methods.personalised import CNN_KEYS, HEAD_KEYS
+from fedbench.methods.base import ClientPlan, ClientUpdate, MethodContext, MethodState
+from fedbench.methods.personalised import assign_arch
 from fedbench.runners.state import RoundLog
 from fedbench.runners.experiment import Experiment
 from fedbench.runners.meters import ClientCost
@@ -23,6 +23,10 @@ from fedbench.runners.summary import target_section
 FAMILY = ("fedlora", "standalone", "lg_fedavg", "fml", "fedkd", "fd", "fedproto")
 TASK = {"model": "cnn", "n_train_per_domain": 24, "n_test_per_domain": 8}
 N_CLASSES = 10
+#: parameter names of a Table 1 CNN (the same in CNN-1..5: conv1, conv2, FC1, FC2, FC3) and of its head FC3
+HEAD_KEYS = {"head.weight", "head.bias"}
+CNN_KEYS = {f"{m}.{p}" for m in ("convs.0", "convs.3", "fc.0.linear", "fc.1.linear") for p in ("weight", "bias")}
+CNN_KEYS |= HEAD_KEYS
 
 
 def run_family(method, tmp_path, method_config=None, rounds=2):
@@ -154,6 +158,23 @@ def test_fedlora_config_is_checked():
 def test_family_needs_the_cnn_architectures(tmp_path):
     with pytest.raises(UserError, match="needs the architectures"):
         Experiment("fedlora", "tiny_vision", dict(rounds=1, out=str(tmp_path)), task_config={"model": "vit"})
+
+
+def test_client_architecture_rule():
+    family = ("a", "b", "c")
+    assert [assign_arch(c, "hetero", family) for c in range(7)] == ["a", "b", "c", "a", "b", "c", "a"]
+    assert assign_arch(5, "b", family) == "b"
+    # the default reproduces FedLoRA's assignment by client id, CNN-(c mod 5 + 1)
+    m = METHODS.get("lg_fedavg").__new__(METHODS.get("lg_fedavg"))
+    m.config = METHODS.get("lg_fedavg").config_cls()
+    assert [m.client_arch(c) for c in range(12)] == [f"cnn{c % 5 + 1}" for c in range(12)]
+
+
+def test_family_refuses_a_model_that_declares_no_parts():
+    ctx = MethodContext(n_layers=2, layer_keys={0: [], 1: []}, head_keys=["head.weight"], profiles={}, lora_r=8,
+                        lora_alpha=16.0)
+    with pytest.raises(UserError, match="declares no parts"):
+        METHODS.get("fedproto")(METHODS.get("fedproto").config_cls(), ctx)
 
 
 # ------------------------------------------------------------ server rules on hand-built updates

@@ -7,7 +7,8 @@ import torch
 from torch.nn import functional as F
 
 from fedbench.methods import fedlora_math as fm
-from fedbench.methods.base import ClientPlan, ClientUpdate, weighted_mean_by_key
+from fedbench.methods.aggregation import per_class_average, weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, ClientUpdate
 
 
 def ce(logits, label):
@@ -54,10 +55,10 @@ def test_direct_reduction_adapter_mirrors_fc2_relu_fc3():
 
 
 def test_adapter_fedavg_is_weighted_mean_by_key():
-    """FedLoRA Eq. 10 reuses methods.base.weighted_mean_by_key with example counts."""
+    """FedLoRA Eq. 10 reuses aggregation.weighted_mean_by_key with example counts."""
     w0, w1 = torch.tensor([1.0, 4.0]), torch.tensor([3.0, 0.0])
     ups = [ClientUpdate(c, {"adapter.up.weight": w}, n, ClientPlan(c, 0, ())) for c, w, n in ((0, w0, 1), (1, w1, 2))]
-    out = weighted_mean_by_key({"adapter.up.weight": torch.zeros(2)}, ups, {0: 1.0, 1: 2.0})
+    out = weighted_mean_by_key({"adapter.up.weight": torch.zeros(2)}, ups, "examples")
     assert torch.allclose(out["adapter.up.weight"], (w0 * 1 + w1 * 2) / 3)
 
 
@@ -72,15 +73,15 @@ def test_class_means_and_counts():
 def test_per_class_average_weights_by_count_and_leaves_out():
     m = torch.tensor([[[1.0], [10.0]], [[4.0], [0.0]]])  # (K=2, C=2, D=1)
     n = torch.tensor([[1, 3], [2, 0]])  # client 1 has no class-1 examples
-    g, tot = fm.per_class_average(m, n)
+    g, tot = per_class_average(m, n)
     assert torch.allclose(g, torch.tensor([[(1 * 1 + 4 * 2) / 3], [10.0]]))
     assert tot.tolist() == [3, 3]
-    g0, tot0 = fm.per_class_average(m, n, leave_out=0)
+    g0, tot0 = per_class_average(m, n, leave_out=0)
     assert g0.tolist() == [[4.0], [0.0]] and tot0.tolist() == [2, 0]
     # the means of two batches combine to the mean of their union
     x, y = torch.tensor([[1.0], [2.0], [6.0]]), torch.tensor([0, 0, 0])
     b = [fm.class_means(x[:1], y[:1], 1), fm.class_means(x[1:], y[1:], 1)]
-    both, _ = fm.per_class_average(torch.stack([b[0][0], b[1][0]]), torch.stack([b[0][1], b[1][1]]))
+    both, _ = per_class_average(torch.stack([b[0][0], b[1][0]]), torch.stack([b[0][1], b[1][1]]))
     assert both.item() == pytest.approx((1 + 2 + 6) / 3)
 
 

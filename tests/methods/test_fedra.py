@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedbench.methods.base import ClientPlan, ClientProfile, ClientUpdate, MethodContext, MethodState
+from fedbench.methods.base import ClientPlan, ClientProfile, ClientUpdate, MethodContext, MethodState, Traffic
 from fedbench.methods.fedra import FedRA, FedRAConfig, allocation_matrix
 
 L = 4
@@ -78,13 +78,12 @@ def test_traffic_both_ways_labelled():
     c.block_bytes = {j: 100 * (j + 1) for j in range(L)}
     plan = ClientPlan(0, 0, (1, 3), blocks=(1, 3))
     pay = {k: torch.zeros(2) for k in ["l1.A", "l1.B", "l3.A", "l3.B", "head.w"]}
+    up = {k: torch.zeros(3) for k in ["l1.A", "head.w"]}
     lora = 5 * 2 * 4
     m = FedRA(FedRAConfig(), c)
-    assert m.down_bytes(plan, pay) == lora
-    assert m.down_bytes_variants(plan, pay) == {FedRA.WITH_BLOCKS: lora + 200 + 400}
+    assert m.traffic(plan, pay, up) == Traffic(lora, 2 * 3 * 4, {FedRA.WITH_BLOCKS: lora + 200 + 400})
     m = FedRA(FedRAConfig(count_frozen_blocks=True), c)
-    assert m.down_bytes(plan, pay) == lora + 600
-    assert m.down_bytes_variants(plan, pay) == {FedRA.WITHOUT_BLOCKS: lora}
+    assert m.traffic(plan, pay, up) == Traffic(lora + 600, 2 * 3 * 4, {FedRA.WITHOUT_BLOCKS: lora})
 
 
 def test_fulldepth_variant_trains_random_layers_on_the_full_model():
@@ -101,4 +100,5 @@ def test_fulldepth_variant_trains_random_layers_on_the_full_model():
         assert plans[p.client].blocks is None  # full-depth forward
         assert plans[p.client].train_layers == sub[p.client].train_layers  # the same allocation M
         assert len(plans[p.client].train_layers) == p.layers
-    assert method.extra_down_bytes(plans[0]) == 0 and method.down_bytes_variants(plans[0], {}) == {}
+    pay = {"l0.A": torch.zeros(2), "head.w": torch.zeros(2)}
+    assert method.traffic(plans[0], pay, {"l0.A": torch.zeros(2)}) == Traffic(2 * 2 * 4, 2 * 4, {})

@@ -7,7 +7,7 @@ from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate
 from fedbench.methods.flexlora import FlexLoRA
 from fedbench.methods.rank_hetero import RankConfig, base_key
-from fedbench.runners.adapters import tensor_bytes
+from fedbench.methods.base import tensor_bytes
 from fedbench.runners.train import adapter_for
 
 M = "blocks.0.fc"

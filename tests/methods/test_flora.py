@@ -5,10 +5,10 @@ import numpy as np
 import torch
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientUpdate, MethodState
+from fedbench.methods.base import ClientUpdate, MethodState, Traffic, tensor_bytes
 from fedbench.methods.flora import FLoRA
-from fedbench.methods.rank_hetero import RankConfig, base_key, stack_lora
-from fedbench.runners.adapters import tensor_bytes
+from fedbench.methods.aggregation import stack_lora
+from fedbench.methods.rank_hetero import RankConfig, base_key
 from fedbench.runners.train import adapter_for
 
 M = "blocks.1.fc"
@@ -111,15 +111,17 @@ def test_traffic_headline_is_the_stack_and_merged_weights_are_the_alternative(ti
     am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
     head = tensor_bytes({k: state.tensors[k] for k in m.ctx.head_keys})
     pay = m.client_payload(state, plans[0])
-    assert m.down_bytes(plans[0], pay) == head  # round 1: nothing stacked yet, clients hold W_0
-    assert m.down_bytes_variants(plans[0], pay) == {FLoRA.MERGED_LABEL: tensor_bytes(pay)}
+    up = {k: pay[k] for k in m.upload_keys(plans[0])}
+    # round 1: nothing stacked yet, clients hold W_0
+    assert m.traffic(plans[0], pay, up) == Traffic(head, tensor_bytes(up), {FLoRA.MERGED_LABEL: tensor_bytes(pay)})
     new = m.aggregate(state, _updates(m, state, plans, [1, 2, 3]))
     plans2 = m.plan(2, list(m.ctx.profiles.values()), new, np.random.default_rng(1))
     pay2 = m.client_payload(new, plans2[0])
     elsize = pay2[W1].element_size()
     stack = sum((1 + 2 + 4) * (4 + 4) * elsize for _ in m.modules)  # sum_i r_i (d_in + d_out) per module
-    assert m.down_bytes(plans2[0], pay2) == stack + head
-    assert m.down_bytes_variants(plans2[0], pay2)[FLoRA.MERGED_LABEL] == tensor_bytes(pay2)
+    traffic = m.traffic(plans2[0], pay2, up)
+    assert traffic.down_bytes == stack + head and traffic.up_bytes == tensor_bytes(up)
+    assert traffic.down_variants == {FLoRA.MERGED_LABEL: tensor_bytes(pay2)}
 
 
 def test_record_has_both_traffic_counts(tmp_path):

@@ -13,7 +13,8 @@ from torch import nn
 from spy import spying
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, LocalPhase, Method, MethodState, extra_module, weighted_mean_by_key
+from fedbench.methods.aggregation import weighted_mean_by_key
+from fedbench.methods.base import ClientPlan, LocalPhase, Method, MethodState, extra_module
 from fedbench.runners.experiment import Experiment
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
@@ -64,7 +65,8 @@ class PrivateStatsMethod(Method):
     def client_arch(self, client):
         return "small" if client % 2 == 0 else "wide"
 
-    def extra_modules(self, head):
+    @classmethod
+    def extra_modules(cls, config, ctx, head):
         return {"shared": nn.Linear(N_IN, N_CLASSES)}
 
     def _private(self):
@@ -106,7 +108,7 @@ class PrivateStatsMethod(Method):
     def aggregate(self, state, updates):
         shared = [type(u)(u.client, {k: v for k, v in u.tensors.items() if not k.startswith("stats.")},
                           u.n_examples, u.plan) for u in updates]
-        tensors = weighted_mean_by_key(state.tensors, shared, {u.client: float(u.n_examples) for u in updates})
+        tensors = weighted_mean_by_key(state.tensors, shared, "examples")
         seen = sum((u.tensors["stats.class_counts"] for u in updates), torch.zeros(N_CLASSES))
         return MethodState(tensors, {**state.extra, "class_counts": seen.tolist()})
 

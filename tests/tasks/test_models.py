@@ -150,3 +150,85 @@ def test_tokenizer_fingerprint_ignores_encoding_calls_but_not_the_vocabulary():
     tok(["a b"], truncation=True, max_length=4, padding="max_length")
     assert tokenizer_fingerprint(tok) == before
     assert tokenizer_fingerprint(M.word_tokenizer(["a b d", "a b"], 100, lm=False)) != before
+
+
+# ------------------------------------------------------------------ LoRA target profiles
+def _profile_tables():
+    from fedbench.tasks.cnn_task import LORA_TARGETS
+
+    yield "vit", V.VIT_TARGETS
+    yield "mixer", V.MIXER_TARGETS
+    yield "cnn", LORA_TARGETS
+    for family, (_, targets) in {**M.ENCODER_FAMILIES, **M.LM_FAMILIES}.items():
+        yield family, targets
+
+
+def _tiny_bundles():
+    from smoke import SMALL_TASK_CONFIGS
+
+    from fedbench.config import build_config
+    from fedbench.tasks import TASKS
+
+    for name, variants in (("tiny_vision", [{"model": "vit"}, {"model": "mixer"}]), ("tiny_text", [{}]),
+                           ("tiny_lm", [{}])):
+        cls = TASKS.get(name)
+        for v in variants:
+            task = cls(build_config(cls.config_cls, {**SMALL_TASK_CONFIGS[name], **v}, "task"))
+            yield f"{name} {v}", task.build_model(task.load())
+
+
+def test_no_task_names_a_lora_profile_after_a_method():
+    from fedbench.methods import METHODS
+    from fedbench.tasks.image_domains import VisionTask
+
+    methods = set(METHODS.keys())
+    for where, targets in _profile_tables():
+        assert not set(targets) & methods, where
+    assert VisionTask.default_profile == "proj_fc2"
+    for where, bundle in _tiny_bundles():
+        assert not (set(bundle.lora_targets) | {bundle.default_target}) & methods, where
+
+
+def test_old_fedra_profile_name_is_a_deprecated_alias_of_proj_fc2(caplog):
+    bundle = dict(_tiny_bundles())["tiny_vision {'model': 'vit'}"]
+    assert bundle.layer_map("proj_fc2")[0] == ["blocks.0.attn.proj", "blocks.0.mlp.fc2"]
+    assert bundle.layer_map("fedra") == bundle.layer_map("proj_fc2")
+    assert "LoRA target profile 'fedra' is deprecated; it is now called 'proj_fc2'" in caplog.text
+    assert bundle.layer_map("default") == bundle.layer_map("proj_fc2")
+
+
+# ------------------------------------------------------------------ model parts
+def test_model_parts_run_their_modules_in_order():
+    from torch import nn
+
+    from fedbench.tasks.base import ModelParts
+
+    model = nn.Module()
+    for name, w in (("a", 2.0), ("b", 3.0), ("c", 5.0), ("d", 7.0)):
+        lin = nn.Linear(1, 1, bias=False)
+        nn.init.constant_(lin.weight, w)
+        model.add_module(name, lin)
+    parts = ModelParts(feature_extractor=("a", "b"), representation=("c",), head=("d",))
+    h, r, z = parts.forward(model, torch.tensor([[1.0]]))
+    assert (h.item(), r.item(), z.item()) == (1.0 * 2 * 3, 1.0 * 2 * 3 * 5, 1.0 * 2 * 3 * 5 * 7)
+    assert parts.run(model, "representation", torch.tensor([[2.0]])).item() == 2.0 * 5
+    assert parts.modules("head") == ("d",)
+
+
+@pytest.mark.parametrize("arch", ["cnn1", "cnn4"])
+def test_cnn_bundle_declares_its_parts(arch):
+    from fedbench.methods.base import EXTRA_PREFIX
+    from fedbench.runners.adapters import AdapterModel
+    from fedbench.tasks.cnn_task import cnn_bundle
+
+    bundle = cnn_bundle(arch, 3, 10, 32)
+    model, x = bundle.model, torch.randn(2, 3, 32, 32)
+    h, r, z = bundle.parts.forward(model, x)
+    assert torch.equal(h, model.hidden(x)) and torch.equal(r, model.features(x)) and torch.equal(z, model(x))
+    am = AdapterModel(bundle, 4, 8.0, 0.0, "none")
+    assert am.part_keys == {"feature_extractor": ["convs.0.weight", "convs.0.bias", "convs.3.weight", "convs.3.bias",
+                                                  "fc.0.linear.weight", "fc.0.linear.bias"],
+                            "representation": ["fc.1.linear.weight", "fc.1.linear.bias"],
+                            "head": ["head.weight", "head.bias"]}
+    assert sorted(k for ks in am.part_keys.values() for k in ks) == sorted(
+        n for n, _ in model.named_parameters() if not n.startswith(EXTRA_PREFIX))
