@@ -25,12 +25,17 @@ DAGGER_NOTE = (
 
 #: ``cost.peak_mem_source`` -> what the Mem columns then hold
 MEM_NOTES = {
-    "accounted": "accounted (parameters the client's model holds + gradients of the trainable ones + optimizer "
-                 "state + tensors saved for backward, counted from the tensors; the same on every device, not a "
-                 "measured allocator peak)",
-    "cuda": "measured on CUDA (the allocator's peak of the client's step, minus the blocks the simulator keeps "
-            "resident that the client's model does not contain)",
+    "accounted": "parameters the client's model holds + gradients of the trainable ones + optimizer state + "
+                 "tensors saved for backward, counted from the tensors; the same on every device, not a measured "
+                 "allocator peak",
+    "cuda": "the allocator's peak of the client's step, minus the blocks the simulator keeps resident that the "
+            "client's model does not contain",
 }
+
+
+def _mem_source(source: str) -> str:
+    desc = MEM_NOTES.get(source)
+    return esc(mem_source_label(source)) + (f" ({desc})" if desc else "")
 
 
 def merge_facts(facts: list[dict]) -> dict:
@@ -94,11 +99,10 @@ def _quality_notes(facts: dict, varying: set) -> list[str]:
 def _cost_notes(facts: dict) -> list[str]:
     sources = facts["mem_sources"]
     if len(sources) == 1:
-        mem = f"Mem = peak memory of one client step, {MEM_NOTES.get(sources[0], esc(sources[0]))}"
+        mem = f"Mem = peak memory of one client step, {_mem_source(sources[0])}"
     else:
         mem = ("Mem = peak memory of one client step, as the Mem source column says per row: "
-               + "; ".join(f"{esc(mem_source_label(s))}: {MEM_NOTES.get(s, esc(s))}" for s in sources)
-               + " (`mixed`: the row's runs differ)")
+               + "; ".join(f"`{esc(s)}` = {_mem_source(s)}" for s in sources) + "; `mixed`: the row's runs differ")
     notes = [
         "Costs, each the mean over all of the row's runs (every setting and seed): TFLOPs/step = "
         f"TFLOPs of one client training step (forward + backward); {mem}; Traffic/round = traffic down + up "

@@ -73,3 +73,31 @@ def test_leaderboard_defaults_do_not_touch_committed_tables():
     from fedbench.leaderboard.generate import REGENERATE
 
     assert REGENERATE == "fedbench leaderboard --records leaderboard/records --out leaderboard"
+
+
+def test_export_is_typed(tmp_path):
+    """Numbers as numbers, the variant as a mapping, units in the cost names, the memory source."""
+    from fedbench.leaderboard.export import export
+    from fedbench.records import write_record
+
+    from .test_generate import make
+    from .test_groups import with_config
+
+    root = tmp_path / "records"
+    for s, (a, b) in enumerate(((0.5, 0.4), (0.6, 0.5), (0.7, 0.6))):  # b = a - 10 points every seed: t = -inf
+        for lr, final in ((0.01, a), (0.1, b)):
+            rec = with_config(make("fedavg", seed=s, final=final), lr=lr)
+            rec["run"]["run_id"] += f"-{lr}"
+            rec["cost"]["peak_mem_gb"]["mean"] = 0.25
+            write_record(rec, root / f"{rec['run']['run_id']}.json")
+    export(root, tmp_path / "out")
+    rows = json.loads((tmp_path / "out" / "t.cell.json").read_text())
+    best, behind = rows
+    assert best["variant"] == {"lr": 0.01} and behind["variant"] == {"lr": 0.1}
+    assert best["seeds"] == [0, 1, 2] and best["mean"] == pytest.approx((50 + 60 + 70) / 3)
+    assert behind["diff_to_best"] == pytest.approx(-10.0) and behind["t"] is None and behind["behind_best"] is True
+    assert best["cost_peak_mem_gb"] == 0.25 and best["peak_mem_source"] == "accounted"
+    assert {"cost_traffic_mb_per_client_round_weak", "cost_tflops_per_step", "cost_seconds_per_round"} <= set(best)
+    with open(tmp_path / "out" / "t.cell.csv", newline="") as fh:
+        first = next(csv.DictReader(fh))
+    assert json.loads(first["variant"]) == {"lr": 0.01} and first["seeds"] == "0 1 2"
