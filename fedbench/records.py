@@ -205,17 +205,28 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def _check_text(text: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # JSON's \ud800 escapes decode to lone surrogates, which no file can hold
+        raise RecordError(f"{path or 'record'}: not Unicode text (a lone surrogate escape)") from None
+
+
 def _check_plain(value: Any) -> None:
     """Raise :class:`RecordError` if parsed JSON ``value`` nests deeper than
-    :data:`MAX_DEPTH` or holds a number beyond :data:`MAX_MAGNITUDE` (iteratively: no
-    recursion, whatever the depth)."""
+    :data:`MAX_DEPTH`, holds a number beyond :data:`MAX_MAGNITUDE` or a string that is not
+    Unicode text (iteratively: no recursion, whatever the depth)."""
     stack = [(value, "", 0)]
     while stack:
         node, path, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise RecordError(f"nested more than {MAX_DEPTH} levels deep")
         if isinstance(node, dict):
+            for k in node:
+                _check_text(k, path)
             stack.extend((v, f"{path}.{k}" if path else k, depth + 1) for k, v in node.items())
+        elif isinstance(node, str):
+            _check_text(node, path)
         elif isinstance(node, list):
             stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(node))
         elif isinstance(node, (int, float)) and not isinstance(node, bool) and abs(node) > MAX_MAGNITUDE:

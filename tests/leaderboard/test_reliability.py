@@ -40,6 +40,13 @@ def _big_final(root: Path) -> None:
     (root / "huge.json").write_text(json.dumps(rec).replace('"final": 0.825', '"final": ' + "9" * 400))
 
 
+def _forged_key(root: Path) -> None:
+    """A wrong type under a key whose newline would forge a second log line."""
+    rec = json.loads(_valid_text())
+    rec["cost"]["tflops_per_step"]["by_tier"]["0\nWARNING forged"] = 5
+    (root / "wrong_type_key.json").write_text(json.dumps(rec))
+
+
 # name -> how to put the pathological thing at <root>/<name>, the reason the warning gives
 PATHOLOGICAL = {
     "bad.json": (lambda root: (root / "bad.json").write_text('{"schema_version": 1,'), "not valid JSON"),
@@ -58,6 +65,9 @@ PATHOLOGICAL = {
                   "cannot be read"),
     "wrong_type.json": (lambda root: (root / "wrong_type.json").write_text(_valid_text().replace(
         '"seed": 0', '"seed": "zero"')), "run.seed: expected int"),
+    "wrong_type_key.json": (_forged_key, "by_tier.0\\nWARNING forged: expected dict, got int"),
+    "surrogate.json": (lambda root: (root / "surrogate.json").write_text(_valid_text().replace(
+        '"method": "fedra"', '"method": "fedra\\ud800"')), "not Unicode text"),
     "new\nline.json": (lambda root: (root / "new\nline.json").write_text("{"), "not valid JSON"),
 }
 
