@@ -97,9 +97,9 @@ def compare(task: str, records: list[dict], methods: Sequence[str], against: Seq
                         two_sided_p(test.t, test.n - 1), lower_better=fmt.lower_better))
     both = [m for m in methods if m in against]
     if both and not found:
-        raise UserError(f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} compared with itself: a row is only "
-                        "compared with other variants of the method in its resource ratio and federation, and "
-                        f"{task!r} has none with 2 shared seeds")
+        raise UserError(f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} compared with itself: a row is "
+                        "only compared with the method's other variants in the same resource ratio and federation, "
+                        f"and task {task!r} has no such pair with 2 shared seeds")
     ps = [c.p for c in found]
     if found and all(p is not None for p in ps):
         found = [Comparison(**{**c.__dict__, "p_holm": q}) for c, q in zip(found, holm(ps))]
