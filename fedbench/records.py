@@ -245,7 +245,8 @@ def read_record_file(path: str | os.PathLike) -> dict:
     except OSError as err:
         raise RecordError(f"cannot be read ({err.strerror or err})") from None
     if not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a fifo" if stat.S_ISFIFO(st.st_mode) else "a special file"
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a fifo" if stat.S_ISFIFO(st.st_mode)
+                else "a special file")
         raise RecordError(f"not a regular file ({kind})")
     if st.st_size > MAX_BYTES:
         raise RecordError(f"{st.st_size} bytes, larger than any record ({MAX_BYTES} at most)")

@@ -131,7 +131,8 @@ def _alt_traffic(ok: list[dict]) -> list[str]:
         for label, t in ((r.get("cost") or {}).get("traffic_alt_mb_per_client_round") or {}).items():
             if t.get("total") is not None:
                 vals[(r["run"]["method"], label)].append(float(t["total"]))
-    return [f"`{esc(m)}` with {esc(label)}: {format_bytes(sum(v) / len(v) * MB)}" for (m, label), v in sorted(vals.items())]
+    return [f"`{esc(m)}` with {esc(label)}: {format_bytes(sum(v) / len(v) * MB)}"
+            for (m, label), v in sorted(vals.items())]
 
 
 def task_notes(settings: list[str], facts: dict, varying: set, ok: list[dict], mixed: list[str],

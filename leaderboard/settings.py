@@ -19,7 +19,8 @@ _FORMS = (
     (re.compile(r"dir\(" + _NUM + r"\)"), lambda a: f"label skew, Dirichlet({a}) over all clients"),
     (re.compile(r"domain\+dir\(" + _NUM + r"\)x(\d+)"),
      lambda a, m: f"{m} clients per domain, labels split by Dirichlet({a})"),
-    (re.compile(r"(\d+)/d(\d+)"), lambda k, d: f"{k} classes per client, {d} domain{'s' if d != '1' else ''} per class"),
+    (re.compile(r"(\d+)/d(\d+)"),
+     lambda k, d: f"{k} classes per client, {d} domain{'s' if d != '1' else ''} per class"),
     (re.compile(r"(\d+)/-"), lambda k: f"{k} class{'es' if k != '1' else ''} per client, equal shares"),
     (re.compile(r"(\d+)/" + _NUM), lambda k, a: f"{k} class{'es' if k != '1' else ''} per client, "
                                                f"quantities by Dirichlet({a})"),

@@ -57,7 +57,7 @@ def test_cohorts_of_one_label_are_named_by_their_federation():
     assert "2 cohorts (RoC -, clients=10; RoC -, clients=50)" in render_task("t", recs)
 
 
-def _tiered(method, final, tiers_trained, traffic):
+def tiered_record(method, final, tiers_trained, traffic):
     """A 3-tier run whose ``tiers_trained`` report FLOPs; ``traffic``: per tier MB/round."""
     rec = make(method, final=final)
     rec["run"]["tiers"] = [{"tier": t, "layers": None, "rank": None, "fraction": None} for t in (0, 1, 2)]
@@ -69,8 +69,9 @@ def _tiered(method, final, tiers_trained, traffic):
 
 
 def test_an_idle_weakest_tier_is_explained_and_off_the_pareto_front():
-    recs = [_tiered("exclusive", 0.9, (2,), (0.0, 0.0, 1.25)), _tiered("fedavg", 0.8, (0, 1, 2), (1.25,) * 3),
-            _tiered("all_small", 0.5, (0, 1, 2), (0.66,) * 3)]
+    recs = [tiered_record("exclusive", 0.9, (2,), (0.0, 0.0, 1.25)),
+            tiered_record("fedavg", 0.8, (0, 1, 2), (1.25,) * 3),
+            tiered_record("all_small", 0.5, (0, 1, 2), (0.66,) * 3)]
     text = render_task("t", recs)
     costs = table_rows(text.split("## Costs")[1])
     assert costs[("exclusive", "6:3:1")]["TFLOPs/step weak"] == "-"

@@ -18,7 +18,7 @@ from fedbench.records import load_records
 from fedbench.runners.cli import main
 
 from .test_generate import make
-from .test_notes import _tiered
+from .test_notes import tiered_record
 
 RECORDS = Path(__file__).parent / "fixtures" / "records"
 
@@ -101,8 +101,9 @@ def test_plot_titles_say_what_the_setting_means():
 
 
 def test_pareto_keeps_an_idle_weakest_tier_off_the_front():
-    recs = [_tiered("exclusive", 0.9, (2,), (0.0, 0.0, 1.25)), _tiered("fedavg", 0.8, (0, 1, 2), (1.25,) * 3),
-            _tiered("all_small", 0.5, (0, 1, 2), (0.66,) * 3)]
+    recs = [tiered_record("exclusive", 0.9, (2,), (0.0, 0.0, 1.25)),
+            tiered_record("fedavg", 0.8, (0, 1, 2), (1.25,) * 3),
+            tiered_record("all_small", 0.5, (0, 1, 2), (0.66,) * 3)]
     sec = ok_sections("t", recs)[2][0]
     points, front, idle = weak_front(sec, "iid", "traffic_mb_per_client_round", "total")
     by = {rk.method: rk for rk in sec.rows}

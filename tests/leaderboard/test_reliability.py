@@ -40,6 +40,11 @@ def _big_final(root: Path) -> None:
     (root / "huge.json").write_text(json.dumps(rec).replace('"final": 0.825', '"final": ' + "9" * 400))
 
 
+def _touch(path: Path) -> Path:
+    path.touch()
+    return path
+
+
 def _forged_key(root: Path) -> None:
     """A wrong type under a key whose newline would forge a second log line."""
     rec = json.loads(_valid_text())
@@ -61,8 +66,10 @@ PATHOLOGICAL = {
     "huge.json": (_big_final, "number out of range"),
     "folder.json": (lambda root: (root / "folder.json").mkdir(), "not a regular file (a directory)"),
     "fifo.json": (lambda root: os.mkfifo(root / "fifo.json"), "not a regular file (a fifo)"),
-    "loop.json": (lambda root: (os.symlink("loop2.json", root / "loop.json"), os.symlink("loop.json", root / "loop2.json")),
-                  "cannot be read"),
+    "zero.json": (lambda root: os.symlink("/dev/zero", root / "zero.json"), "not a regular file (a special file)"),
+    "sparse.json": (lambda root: os.truncate(_touch(root / "sparse.json"), 300 * 2**20), "larger than any record"),
+    "loop.json": (lambda root: (os.symlink("loop2.json", root / "loop.json"),
+                                os.symlink("loop.json", root / "loop2.json")), "cannot be read"),
     "wrong_type.json": (lambda root: (root / "wrong_type.json").write_text(_valid_text().replace(
         '"seed": 0', '"seed": "zero"')), "run.seed: expected int"),
     "wrong_type_key.json": (_forged_key, "by_tier.0\\nWARNING forged: expected dict, got int"),
@@ -81,7 +88,8 @@ def test_a_pathological_record_is_skipped_with_one_warning_line(tmp_path, caplog
     out = tmp_path / "out"
     argv = {"leaderboard": ["leaderboard", "--records", str(root), "--out", str(out)],
             "export": ["export", "--records", str(root), "--out", str(out)],
-            "compare": ["compare", "fed_hello", "--against", "fedra", "--task", "tiny_text", "--records", str(root)]}[cmd]
+            "compare": ["compare", "fed_hello", "--against", "fedra", "--task", "tiny_text",
+                        "--records", str(root)]}[cmd]
     with caplog.at_level(logging.WARNING):
         assert main(argv) == 0
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
