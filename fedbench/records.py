@@ -192,8 +192,8 @@ def write_record(rec: dict, path: str | os.PathLike) -> Path:
 
 
 #: Limits of what :func:`load_records` reads as a record: a real record is about 6 levels
-#: deep and a few hundred KB; a number whose magnitude exceeds MAX_MAGNITUDE is no
-#: result, count or seed (float arithmetic on it would overflow).
+#: deep and a few hundred KB; a finite number whose magnitude exceeds MAX_MAGNITUDE is no
+#: result, count or seed (float arithmetic on it could overflow, an int may not convert).
 MAX_DEPTH = 64
 MAX_BYTES = 256 * 2**20
 MAX_MAGNITUDE = 2.0**64
@@ -210,6 +210,11 @@ def _check_text(text: str, path: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:  # JSON's \ud800 escapes decode to lone surrogates, which no file can hold
         raise RecordError(f"{path or 'record'}: not Unicode text (a lone surrogate escape)") from None
+
+
+def _too_big(x: int | float) -> bool:
+    """Beyond :data:`MAX_MAGNITUDE` (NaN and infinity are not: the schema's rules decide)."""
+    return abs(x) > MAX_MAGNITUDE if isinstance(x, int) else math.isfinite(x) and abs(x) > MAX_MAGNITUDE
 
 
 def _check_plain(value: Any) -> None:
@@ -229,7 +234,7 @@ def _check_plain(value: Any) -> None:
             _check_text(node, path)
         elif isinstance(node, list):
             stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(node))
-        elif isinstance(node, (int, float)) and not isinstance(node, bool) and abs(node) > MAX_MAGNITUDE:
+        elif isinstance(node, (int, float)) and not isinstance(node, bool) and _too_big(node):
             size = f"{node.bit_length()}-bit integer" if isinstance(node, int) else f"{node:g}"
             raise RecordError(f"{path or 'record'}: number out of range ({size}; at most 2**64 in magnitude)")
 
