@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,9 @@ __all__ = [
     "empty_record",
     "get_field",
     "load_records",
+    "one_line",
     "prepare_out_dir",
+    "read_record_file",
     "read_record_status",
     "record_path",
     "validate_record",
@@ -213,32 +216,130 @@ def write_record(rec: dict, path: str | os.PathLike) -> Path:
     return atomic_write_text(path, text)
 
 
+#: Limits of what :func:`load_records` reads as a record: a real record is about 6 levels
+#: deep and a few hundred KB; a finite number whose magnitude exceeds MAX_MAGNITUDE is no
+#: result, count or seed (float arithmetic on it could overflow, an int may not convert).
+MAX_DEPTH = 64
+MAX_BYTES = 256 * 2**20
+MAX_MAGNITUDE = 2.0**64
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters (a newline in a file name, ...) escaped, so a
+    warning or an error stays on one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _check_text(text: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # JSON's \ud800 escapes decode to lone surrogates, which no file can hold
+        raise RecordError(f"{path or 'record'}: not Unicode text (a lone surrogate escape)") from None
+
+
+def _too_big(x: int | float) -> bool:
+    """Beyond :data:`MAX_MAGNITUDE` (NaN and infinity are not: the schema's rules decide)."""
+    return abs(x) > MAX_MAGNITUDE if isinstance(x, int) else math.isfinite(x) and abs(x) > MAX_MAGNITUDE
+
+
+def _check_plain(value: Any) -> None:
+    """Raise :class:`RecordError` if parsed JSON ``value`` nests deeper than
+    :data:`MAX_DEPTH`, holds a number beyond :data:`MAX_MAGNITUDE` or a string that is not
+    Unicode text (iteratively: no recursion, whatever the depth)."""
+    stack = [(value, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise RecordError(f"nested more than {MAX_DEPTH} levels deep")
+        if isinstance(node, dict):
+            for k in node:
+                _check_text(k, path)
+            stack.extend((v, f"{path}.{k}" if path else k, depth + 1) for k, v in node.items())
+        elif isinstance(node, str):
+            _check_text(node, path)
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(node))
+        elif isinstance(node, (int, float)) and not isinstance(node, bool) and _too_big(node):
+            size = f"{node.bit_length()}-bit integer" if isinstance(node, int) else f"{node:g}"
+            raise RecordError(f"{path or 'record'}: number out of range ({size}; at most 2**64 in magnitude)")
+
+
+def read_record_file(path: str | os.PathLike) -> dict:
+    """The valid record in the file at ``path``; :class:`RecordError` with a one-line
+    reason for anything else: not a regular file (a directory, fifo, device, dangling
+    link or symlink loop), larger than :data:`MAX_BYTES`, not UTF-8, not JSON, an integer
+    too long to parse, nested too deeply, a number out of range, or not matching the
+    schema. A fifo or device is never opened (reading one could block forever)."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise RecordError(f"cannot be read ({err.strerror or err})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a fifo" if stat.S_ISFIFO(st.st_mode)
+                else "a special file")
+        raise RecordError(f"not a regular file ({kind})")
+    if st.st_size > MAX_BYTES:
+        raise RecordError(f"{st.st_size} bytes, larger than any record ({MAX_BYTES} at most)")
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(MAX_BYTES + 1).decode("utf-8")
+        rec = json.loads(text)
+    except OSError as err:
+        raise RecordError(f"cannot be read ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise RecordError(f"not UTF-8 (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise RecordError(f"not valid JSON (line {err.lineno}: {err.msg})") from None
+    except RecursionError:
+        raise RecordError("not readable JSON (nested too deeply)") from None
+    except ValueError as err:  # an integer literal longer than Python's int parsing limit
+        raise RecordError(f"not readable JSON ({str(err).split(';')[0]})") from None
+    try:
+        _check_plain(rec)
+        validate_record(rec)
+    except RecordError as err:
+        raise RecordError(f"not a valid result record: {err}") from None
+    return rec
+
+
+def _walk_json(root: Path) -> list[Path]:
+    """Every non-hidden ``*.json`` path under ``root`` (files or not; symlinked folders are
+    not followed, so a symlink loop cannot recurse), sorted. A folder that cannot be
+    listed is skipped with a warning."""
+    def warn(err: OSError) -> None:
+        log.warning("skipping %s: cannot be listed (%s)", one_line(str(err.filename)), err.strerror or err)
+
+    found = []
+    for folder, dirs, files in os.walk(root, onerror=warn):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(folder) / d for d in dirs if d.endswith(".json")]  # reported: not a record file
+        found += [Path(folder) / f for f in files if f.endswith(".json") and not f.startswith(".")]
+    return sorted(found)
+
+
 def load_records(root: str | os.PathLike) -> list[dict]:
     """Every valid record in ``*.json`` files under ``root`` (recursively, sorted by path).
 
-    Files that are not valid records (bad JSON, schema errors) are skipped with a logged
-    warning. Hidden files and folders (name starting with ``.``; temp files of an
-    interrupted write, editor or notebook copies) are ignored. ``root`` may also be a
-    single JSON file. A missing ``root`` is a :class:`~fedbench.errors.UserError`.
+    Anything named ``*.json`` that is not a valid record (see :func:`read_record_file`:
+    bad JSON, schema errors, a directory, fifo or symlink loop, ...) is skipped with a
+    one-line warning naming it and why; the rest are read. Hidden files and folders (name
+    starting with ``.``; temp files of an interrupted write, editor or notebook copies)
+    are ignored. ``root`` may also be a single JSON file. A missing ``root`` is a
+    :class:`~fedbench.errors.UserError`.
     """
     root = Path(root)
     if root.is_file():
         paths = [root]
     elif root.is_dir():
-        paths = sorted(
-            p for p in root.rglob("*.json")
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-        )
+        paths = _walk_json(root)
+    elif root.exists():
+        raise UserError(f"records path {one_line(str(root))} is neither a directory nor a file")
     else:
-        raise UserError(f"records directory not found: {root}")
+        raise UserError(f"records directory not found: {one_line(str(root))}")
     records = []
     for p in paths:
         try:
-            with open(p, encoding="utf-8") as fh:
-                rec = json.load(fh)
-            validate_record(rec)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecordError) as err:
-            log.warning("skipping %s: not a valid result record (%s)", p, err)
-            continue
-        records.append(rec)
+            records.append(read_record_file(p))
+        except RecordError as err:
+            log.warning("skipping %s: %s", one_line(str(p)), one_line(str(err)))
     return records

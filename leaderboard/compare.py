@@ -10,6 +10,10 @@ setting both have, a two-sided paired t-test of A - B over the seeds they share
 Because such a report makes many comparisons at once, each line carries both the raw
 p-value and the Holm-Bonferroni adjusted one (:func:`holm`, over all lines of the report);
 "significant" in the report means the adjusted p < 0.05.
+
+A method may be in both lists: its rows are then compared with its other variants (e.g.
+``fedavg (lr=0.01)`` against ``fedavg (lr=0.1)``), never with themselves; where that leaves
+nothing to compare, the report is a one-line :class:`~fedbench.errors.UserError`.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from fedbench.leaderboard.generate import ok_sections
+from fedbench.errors import UserError
 from fedbench.leaderboard.render import Fmt, esc, table
+from fedbench.leaderboard.sections import ok_sections
 from fedbench.leaderboard.stats import mean, paired_t_test, two_sided_p
 from fedbench.leaderboard.table import cohort
 
@@ -90,6 +95,11 @@ def compare(task: str, records: list[dict], methods: Sequence[str], against: Seq
                         sec.metric, ra.label, setting, sec.names[ra], sec.names[rb], test.n,
                         mean([a[s] for s in seeds]), mean([b[s] for s in seeds]), test.mean_diff, test.t,
                         two_sided_p(test.t, test.n - 1), lower_better=fmt.lower_better))
+    both = [m for m in methods if m in against]
+    if both and not found:
+        raise UserError(f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} compared with itself: a row is "
+                        "only compared with the method's other variants in the same resource ratio and federation, "
+                        f"and task {task!r} has no such pair with 2 shared seeds")
     ps = [c.p for c in found]
     if found and all(p is not None for p in ps):
         found = [Comparison(**{**c.__dict__, "p_holm": q}) for c, q in zip(found, holm(ps))]

@@ -15,66 +15,44 @@ Rules (all deterministic: the same records in any order give byte-identical mark
 * Quality cell: ``results.final``; x100 with 2 decimals for the metrics in
   :data:`PERCENT_METRICS`, else 4 significant digits. With >= 2 seeds:
   ``mean ± h (n)``, h the 95% t-based CI half-width; `` † d`` marks a cell significantly
-  behind its column's best (paired t-test over shared seeds, d = mean paired difference);
-  see :mod:`fedbench.leaderboard.table`.
+  behind its cohort's best in its column (paired t-test over shared seeds, d = mean paired
+  difference); see :mod:`fedbench.leaderboard.table`.
 * ``Avg``: mean of the row's setting-cell means; ``-`` when the row lacks a setting.
-* Best value per setting column and in ``Avg`` is bold (compared as displayed, so ties
-  are all bold); lower is better only for the metrics in :data:`LOWER_IS_BETTER`.
+* The best value of each setting column and of ``Avg`` within each cohort (same resource
+  label and federation, :func:`~fedbench.leaderboard.table.cohort`) is bold (compared as
+  displayed, so ties are all bold); lower is better only for the metrics in
+  :data:`LOWER_IS_BETTER`.
 * Cost table: each column the mean over all of the row's runs (nulls ignored), overall and
-  for the weakest / strongest tier; memory in MB below 1 GB; server cost; Pareto mark on
-  (Avg, weakest tier's TFLOPs/step).
+  for the weakest / strongest tier; sizes by :func:`~fedbench.leaderboard.units.format_bytes`;
+  server cost; Pareto mark within each cohort on (Avg, weakest tier's TFLOPs/step).
 * Settings whose runs report ``results.per_domain`` get a "Per-domain (<setting>)" table.
-* Plots (``fedbench plot``, ``<out_dir>/<task>/<setting>_*.png``) are linked when present.
+* Notes (:mod:`fedbench.leaderboard.notes`) say what every mark means for this table.
+* Plots (:func:`fedbench.leaderboard.plots.plot_records`,
+  ``<out_dir>/<task>/<setting>_<kind>.png``) are drawn first with ``plots=True`` (what
+  ``fedbench plot`` does) and linked whenever present.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from fedbench.leaderboard.groups import build_section
+from fedbench.leaderboard.notes import merge_facts, task_notes
+from fedbench.leaderboard.output import write_text
+from fedbench.leaderboard.plots import KINDS, MIN_CURVE_POINTS, curve_points, plot_records
 from fedbench.leaderboard.render import LOWER_IS_BETTER, PERCENT_METRICS, Fmt, esc, render_section
-from fedbench.records import atomic_write_text, load_records, validate_record
+from fedbench.leaderboard.sections import SAFE_TASK, ok_sections
+from fedbench.records import load_records, one_line, prepare_out_dir
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "LOWER_IS_BETTER",
-    "PERCENT_METRICS",
-    "REGENERATE",
-    "generate",
-    "ok_sections",
-    "plot_links",
-    "render_task",
-    "setting_sort_key",
-]
+__all__ = ["LOWER_IS_BETTER", "PERCENT_METRICS", "REGENERATE", "generate", "plot_links", "render_task"]
 
 #: How the committed tables are regenerated (written into every header).
 REGENERATE = "fedbench leaderboard --records leaderboard/records --out leaderboard"
-_SAFE_TASK = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-
-
-def setting_sort_key(setting: str) -> tuple[int, str]:
-    """Column order of data settings: ``iid`` first, then the rest sorted as strings."""
-    return (0, "") if setting == "iid" else (1, setting)
-
-
-def ok_sections(task: str, records: list[dict]):
-    """(records of ``task``, skipped-status counter, [Section per metric, sorted]). Records
-    must be valid; records of other tasks are ignored."""
-    recs = [r for r in records if r["run"]["task"] == task]
-    for r in recs:
-        validate_record(r)
-    ok = [r for r in recs if r["status"] == "ok"]
-    skipped = Counter(r["status"] for r in recs if r["status"] != "ok")
-    metrics = sorted({r["results"]["metric_name"] for r in ok})
-    sections = [build_section(task, m, [r for r in ok if r["results"]["metric_name"] == m], Fmt(m).scale)
-                for m in metrics]
-    return recs, skipped, sections
 
 
 def _mixed_test_sets(recs: list[dict]) -> list[str]:
@@ -91,7 +69,16 @@ def _mixed_test_sets(recs: list[dict]) -> list[str]:
 def _metric_label(metric: str) -> str:
     fmt = Fmt(metric)
     unit = "%, " if fmt.percent else ""
-    return f"`{metric}` ({unit}{'lower' if fmt.lower_better else 'higher'} is better)"
+    return f"`{esc(metric)}` ({unit}{'lower' if fmt.lower_better else 'higher'} is better)"
+
+
+def _plots_line(plots: Sequence[str], sections) -> list[str]:
+    line = "Plots: " + ", ".join(f"[{esc(Path(p).stem)}]({p})" for p in plots) + "."
+    most = max((curve_points(sec, s) for sec in sections for s in sec.settings), default=0)
+    if most < MIN_CURVE_POINTS:
+        line += (f" No learning curves: they are drawn from {MIN_CURVE_POINTS} evaluated rounds on, and these "
+                 f"runs have at most {most}.")
+    return ["", line]
 
 
 def render_task(task: str, records: list[dict], plots: Sequence[str] = ()) -> str:
@@ -109,9 +96,9 @@ def render_task(task: str, records: list[dict], plots: Sequence[str] = ()) -> st
     else:
         lines.append(f"{gen}; none finished with status `ok`. Do not edit by hand.")
     if plots:
-        lines += ["", "Plots: " + ", ".join(f"[{esc(Path(p).stem)}]({p})" for p in plots) + "."]
+        lines += _plots_line(plots, sections)
 
-    facts: dict = defaultdict(bool)
+    facts = []
     varying: set = set()
     for sec in sections:
         lines.append("")
@@ -121,74 +108,18 @@ def render_task(task: str, records: list[dict], plots: Sequence[str] = ()) -> st
             level = 3
         section, f = render_section(sec, level)
         lines += section
-        for k, v in f.items():
-            facts[k] = facts[k] or v
+        facts.append(f)
         varying.update(sec.varying)
 
-    notes = []
-    if metrics:
-        notes += [
-            "Quality: `results.final` of each run (the global model; personalised methods report the mean "
-            "of client-local metrics); percentage metrics are shown x100. A cell with several seeds shows "
-            "`mean ± h (n)`: the mean over n seeds ± the half-width of its 95% confidence interval, "
-            "t(0.975, n-1) · s / √n with the sample standard deviation s.",
-            f"{DAGGER_NOTE}",
-            "**Bold**: best value of each setting column and of Avg (ties are all bold).",
-            "Avg: mean over the row's setting columns (per-domain tables: over domains)."
-            + (" `-`: the row has no result for some setting, so no average." if facts["avg_missing"] else ""),
-            "RoC: the run's resource label (`--roc` ratio, `--capacities` list, or `-` for none).",
-            "Rows: one per method, RoC and config variant (method, task and run config except seed, setting, "
-            "resource label and fields that cannot change a result); runs with different configs are never "
-            "averaged: a method with several variants gets one row each, named by the fields that differ, "
-            "e.g. `fedavg (lr=0.01)`."
-            + (f" Run/task config fields that differ between rows: {', '.join(f'`{esc(k)}`' for k in sorted(varying))}."
-               if varying else ""),
-            "Costs, each the mean over all of the row's runs (every setting and seed): TFLOPs/step = "
-            "TFLOPs of one client training step (forward + backward); Mem = peak memory of one client step "
-            "(MB below 1 GB); MB/round = traffic down + up per client per round; `weak` / `strong`: the same "
-            "for the clients of the weakest / strongest resource tier (`-`: that tier does not train); "
-            "s/round = wall seconds per round without evaluation; Eval s/round = seconds of one evaluation "
-            "(`run.eval_every` sets how often); Server TFLOPs / Server s = the server's extra work over the "
-            "whole run.",
-            "Pareto ✓: no other row is at least as good on both Avg and weakest-tier TFLOPs/step and "
-            "strictly better on one (rows without either are not compared).",
-        ]
-    alt = _alt_traffic([r for r in recs if r["status"] == "ok"])
-    if alt:
-        notes.append("MB/round counts what the method's paper counts; other counts of the same traffic "
-                     "(mean MB per client per round, down + up): " + "; ".join(alt) + ".")
-    mixed = _mixed_test_sets([r for r in recs if r["status"] == "ok"])
+    ok = [r for r in recs if r["status"] == "ok"]
+    mixed = _mixed_test_sets(ok)
     if mixed:
         log.warning("%s: runs scored on different held-out test examples: %s", task, "; ".join(mixed))
-        notes.append("Not strictly comparable: some runs with the same setting and seed were scored on "
-                     "different test examples (different `run.server_holdout`): " + "; ".join(mixed) + ".")
-    if skipped:
-        n = sum(skipped.values())
-        parts = ", ".join(f"{skipped[s]} {s}" for s in sorted(skipped))
-        notes.append(f"Skipped {n} record{'s' if n != 1 else ''} that did not finish ({parts}).")
+    settings = list(dict.fromkeys(s for sec in sections for s in sec.settings))
+    notes = task_notes(settings, merge_facts(facts), varying, ok, mixed, skipped)
     if notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
-
-
-def _alt_traffic(recs: list[dict]) -> list[str]:
-    """``method: label = MB`` for each method's ``cost.traffic_alt_mb_per_client_round``
-    entries (mean over its runs)."""
-    vals: dict = defaultdict(list)
-    for r in recs:
-        for label, t in ((r.get("cost") or {}).get("traffic_alt_mb_per_client_round") or {}).items():
-            if t.get("total") is not None:
-                vals[(r["run"]["method"], label)].append(float(t["total"]))
-    return [f"`{esc(m)}` with {esc(label)}: {sum(v) / len(v):.3g} MB" for (m, label), v in sorted(vals.items())]
-
-
-DAGGER_NOTE = (
-    "†: significantly behind the column's best row (the first bold one) by a two-sided paired t-test at the "
-    "5% level over the seeds both have (pairs: same seed, so same data split and initialisation); the "
-    "number after † is the mean paired difference, this row minus the best. Cells with one seed, or with "
-    "fewer than 2 seeds shared with the best, are not tested. (A paired t-test rather than Wilcoxon's "
-    "signed-rank test: with the usual 3-5 seeds the signed-rank test can never reach p < 0.05.)"
-)
 
 
 def plot_links(out_dir: str | os.PathLike, task: str) -> list[str]:
@@ -197,32 +128,30 @@ def plot_links(out_dir: str | os.PathLike, task: str) -> list[str]:
     folder = Path(out_dir) / task
     if not folder.is_dir():
         return []
-    kinds = ("curves", "pareto", "tiers")
-    found = [p for p in folder.glob("*.png") if p.stem.rsplit("_", 1)[-1] in kinds]
-    found.sort(key=lambda p: (p.stem.rsplit("_", 1)[0], kinds.index(p.stem.rsplit("_", 1)[-1])))
+    found = [p for p in folder.glob("*.png") if p.stem.rsplit("_", 1)[-1] in KINDS]
+    found.sort(key=lambda p: (p.stem.rsplit("_", 1)[0], KINDS.index(p.stem.rsplit("_", 1)[-1])))
     return [f"{task}/{p.name}" for p in found]
 
 
 def generate(records_root: str | os.PathLike, out_dir: str | os.PathLike, *, plots: bool = False) -> list[Path]:
     """Write ``<out_dir>/<task>.md`` for every task in the records under ``records_root``;
-    returns the written paths, sorted. Files of tasks without records are left alone.
-    ``plots``: first draw the plots (:func:`fedbench.leaderboard.plots.plot_all`)."""
+    returns the written paths (with ``plots``, the PNGs too), sorted. Files of tasks
+    without records are left alone. ``plots``: first draw the plots
+    (:func:`~fedbench.leaderboard.plots.plot_records`), then link them."""
     records = load_records(records_root)
     by_task: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_task[r["run"]["task"]].append(r)
-    out_dir = Path(out_dir)
-    if plots:
-        from fedbench.leaderboard.plots import plot_records
-
-        plot_records(records, out_dir)
-    paths = []
     for task in sorted(by_task):
-        if not _SAFE_TASK.fullmatch(task):
-            log.warning("skipping task %r: not usable as a file name", task)
-            continue
+        if not SAFE_TASK.fullmatch(task):
+            log.warning("skipping task %s: not usable as a file name", one_line(repr(task)))
+            del by_task[task]
+    if not by_task:
+        log.warning("no result records under %s; no leaderboard written", one_line(str(records_root)))
+        return []
+    out_dir = prepare_out_dir(out_dir)
+    paths = plot_records([r for rs in by_task.values() for r in rs], out_dir) if plots else []
+    for task in sorted(by_task):
         text = render_task(task, by_task[task], plot_links(out_dir, task))
-        paths.append(atomic_write_text(out_dir / f"{task}.md", text))
-    if not paths:
-        log.warning("no result records under %s; no leaderboard written", records_root)
+        paths.append(write_text(out_dir / f"{task}.md", text))
     return sorted(paths)

@@ -37,6 +37,8 @@ __all__ = [
     "Section",
     "build_section",
     "raw_variant",
+    "setting_sort_key",
+    "show_value",
     "weak_strong_tiers",
 ]
 
@@ -88,7 +90,9 @@ def raw_variant(rec: dict) -> dict[str, str]:
     return out
 
 
-def _show_value(canon: str) -> str:
+def show_value(canon: str) -> str:
+    """A variant value (canonical JSON) as a row name shows it: strings bare, lists
+    comma-separated, ``none``, ``true`` / ``false``."""
     v = json.loads(canon)
     if isinstance(v, str):
         return v
@@ -97,8 +101,13 @@ def _show_value(canon: str) -> str:
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, list):
-        return ",".join(_show_value(_canon(x)) for x in v)
+        return ",".join(show_value(_canon(x)) for x in v)
     return canon
+
+
+def setting_sort_key(setting: str) -> tuple[int, str]:
+    """Column order of data settings: ``iid`` first, then the rest sorted as strings."""
+    return (0, "") if setting == "iid" else (1, setting)
 
 
 def weak_strong_tiers(rec: dict) -> tuple[str, str]:
@@ -139,7 +148,7 @@ def _row_names(rows: list[RowKey]) -> dict[RowKey, str]:
         keys = sorted({k for d in dicts for k in d})
         differ = [k for k in keys if len({d.get(k) for d in dicts}) > 1]
         for rk, d in zip(group, dicts):
-            parts = [f"{k}={_show_value(d[k]) if k in d else _DASH}" for k in differ]
+            parts = [f"{k}={show_value(d[k]) if k in d else _DASH}" for k in differ]
             names[rk] = f"{rk.method} ({', '.join(parts)})"
     return names
 
@@ -173,7 +182,7 @@ def build_section(task: str, metric: str, recs: Sequence[dict], scale: float = 1
         variant = tuple(sorted((k, val) for k, val in v.items() if k not in fixed))
         row_of[id(r)] = RowKey(r["run"]["method"], r["run"].get("resource_label") or _DASH, variant)
     rows = sorted(set(row_of.values()))
-    settings = sorted({r["run"]["setting"] for r in recs}, key=lambda s: (0, "") if s == "iid" else (1, s))
+    settings = sorted({r["run"]["setting"] for r in recs}, key=setting_sort_key)
     varying = sorted({k for rk in rows for k, _ in rk.variant if not k.startswith("method.")
                       and len({dict(r.variant).get(k) for r in rows}) > 1})
 

@@ -4,7 +4,18 @@ the per-domain tables. Numbers come from :mod:`fedbench.leaderboard.table`."""
 from __future__ import annotations
 
 from fedbench.leaderboard.groups import Section, per_domain_cells, worst_client_cells
-from fedbench.leaderboard.table import COSTS, QualityTable, pareto_rows, quality_table, row_costs
+from fedbench.leaderboard.table import (
+    COSTS,
+    QualityTable,
+    cohort,
+    cohort_names,
+    idle_weak_tier,
+    mem_sources,
+    pareto_rows,
+    quality_table,
+    row_costs,
+)
+from fedbench.leaderboard.units import GB, MB, format_bytes
 
 __all__ = ["LOWER_IS_BETTER", "PERCENT_METRICS", "Fmt", "esc", "fmt_cost", "format_cell", "render_section"]
 
@@ -39,18 +50,22 @@ def _no_neg_zero(s: str) -> str:
     return s
 
 
-def fmt_cost(v: float | None, how: str) -> str:
+def fmt_cost(v: float | None, unit: str) -> str:
+    """A cost cell: sizes by :func:`~fedbench.leaderboard.units.format_bytes` (``gb`` and
+    ``mb``: the record's unit), TFLOPs with 4 significant digits, seconds with 2 decimals."""
     if v is None:
         return DASH
-    if how == "mem":  # GB in, MB below 1 GB
-        return _no_neg_zero(f"{v * 1000:.4g} MB") if abs(v) < 1 else f"{v:.2f} GB"
-    if how == "fix2" and 0 < abs(v) < 0.01:  # a small upload (statistics) must not read as 0.00
-        return _no_neg_zero(f"{v:.2g}")
-    return _no_neg_zero(f"{v:.4g}" if how == "sig4" else f"{v:.2f}")
+    if unit in ("gb", "mb"):
+        return format_bytes(v * (GB if unit == "gb" else MB))
+    return _no_neg_zero(f"{v:.4g}" if unit == "tflops" else f"{v:.2f}")
 
 
 def esc(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|")
+    """``text`` safe inside a markdown table cell or heading: ``\\`` and ``|`` escaped, a
+    newline or other control character written as its escape (``\\n``), so one name is
+    always one cell of one line."""
+    text = text.replace("\\", "\\\\").replace("|", "\\|")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def table(header: list[str], n_text_cols: int, rows: list[list[str]]) -> list[str]:
@@ -86,8 +101,11 @@ def _quality_rows(q: QualityTable, fmt: Fmt) -> list[list[str]]:
 
 
 def render_section(sec: Section, level: int) -> tuple[list[str], dict]:
-    """Markdown lines of one section and facts for the notes
-    (``avg_missing``, ``tested``, ``behind``, ``pareto``)."""
+    """Markdown lines of one section and facts for the notes: ``avg_missing``, ``behind``,
+    ``pareto`` (bools); ``cohorts`` (names of the quality table's cohorts, in order);
+    ``best``, ``unclear`` (best cells that have a runner-up in their cohort, and how many of
+    them do not beat it beyond their CI); ``idle`` (names of rows whose weakest tier never
+    trains); ``mem_sources`` (the ``cost.peak_mem_source`` values)."""
     fmt = Fmt(sec.metric)
     h = "#" * level
 
@@ -101,10 +119,12 @@ def render_section(sec: Section, level: int) -> tuple[list[str], dict]:
 
     costs = row_costs(sec)
     front = pareto_rows(q, costs, lower_better=fmt.lower_better)
+    sources = mem_sources(sec)
+    mixed = len(set(sources.values())) > 1
     lines += ["", f"{h} Costs", ""]
-    lines += table(["Method", "RoC"] + [c[0] for c in COSTS] + ["Pareto"], 2,
-                   [name(rk) + [fmt_cost(costs[rk][n], how) for n, _, how in COSTS] + ["✓" if rk in front else ""]
-                    for rk in sec.rows])
+    lines += table(["Method", "RoC"] + [c.name for c in COSTS] + (["Mem source"] if mixed else []) + ["Pareto"], 2,
+                   [name(rk) + [fmt_cost(costs[rk][c.name], c.unit) for c in COSTS]
+                    + ([sources[rk]] if mixed else []) + ["✓" if rk in front else ""] for rk in sec.rows])
 
     for setting in sec.settings:
         rows, domains, cells = per_domain_cells(sec, setting, fmt.scale)
@@ -124,10 +144,18 @@ def render_section(sec: Section, level: int) -> tuple[list[str], dict]:
         lines += table(["Method", "RoC"] + [esc(s) for s in sec.settings] + ["Avg"], 2,
                        [name(rk) + r for rk, r in zip(rows, _quality_rows(wq, fmt))])
 
+    contested = [c for t in tables for c in t.cells.values() if c.clear is not None]
+    idle = idle_weak_tier(sec)
+    names = cohort_names(sec.rows)
     facts = {
         "avg_missing": any(len(t.avgs) < len(t.rows) for t in tables),
-        "multi_seed": any(c.n > 1 for t in tables for c in t.cells.values()),
         "behind": any(c.behind for t in tables for c in t.cells.values()),
         "pareto": bool(front),
+        "cohorts": [names[g] for g in sorted(names)] if len({cohort(rk) for rk in sec.rows}) > 1 else [],
+        "best": len(contested),
+        "unclear": sum(not c.clear for c in contested),
+        "idle": [sec.names[rk] + (f" {rk.label}" if rk.label != DASH else "") for rk in sec.rows
+                 if rk in idle],
+        "mem_sources": sorted({r["cost"]["peak_mem_source"] for r in sec.records}),
     }
     return lines, facts

@@ -8,10 +8,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from fedbench.leaderboard.groups import RowKey, Section, weak_strong_tiers
+from fedbench.leaderboard.groups import RowKey, Section, show_value, weak_strong_tiers
 from fedbench.leaderboard.stats import PairedTest, ci_half_width, mean, paired_t_test, pareto_front
 
-__all__ = ["COSTS", "CellStat", "QualityTable", "quality_table", "row_costs", "pareto_rows"]
+__all__ = ["COSTS", "FEDERATION_FIELDS", "PARETO_COST", "CellStat", "Cost", "QualityTable", "cohort", "cohort_names",
+           "idle_weak_tier", "mem_sources", "weak_tier_idle", "pareto_rows", "quality_table", "row_costs"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class CellStat:
     best: bool  # best (as displayed) in its column; ties are all best
     test: PairedTest | None  # paired test of this cell minus the column's best (None: not tested)
     behind: bool  # significantly behind the column's best
+    # best cells: whether the runner-up's mean lies outside this cell's 95% CI (False with one
+    # seed: no CI); None for other cells and for the only row of its cohort in the column
+    clear: bool | None = None
 
 
 @dataclass
@@ -47,6 +51,19 @@ def cohort(rk: RowKey) -> tuple:
     return (rk.label,) + tuple((k, v) for k, v in rk.variant if k in FEDERATION_FIELDS or k.startswith("task."))
 
 
+def cohort_names(rows: Sequence[RowKey]) -> dict[tuple, str]:
+    """Cohort -> its name in the notes and plots: ``RoC <label>`` and the federation or
+    task fields that differ between the cohorts of ``rows`` (``RoC -, clients=10``)."""
+    groups = sorted({cohort(rk) for rk in rows})
+    fields = sorted({k for g in groups for k, _ in g[1:]})
+    differ = [k for k in fields if len({dict(g[1:]).get(k) for g in groups}) > 1]
+    names = {}
+    for g in groups:
+        d = dict(g[1:])
+        names[g] = ", ".join([f"RoC {g[0]}"] + [f"{k}={show_value(d[k]) if k in d else '-'}" for k in differ])
+    return names
+
+
 def quality_table(rows: Sequence[RowKey], columns: Sequence[str], values: dict, *, lower_better: bool,
                   key: Callable[[float], float]) -> QualityTable:
     """Statistics of ``values`` ((row, column) -> {seed: value}). ``key`` maps a value to
@@ -63,6 +80,8 @@ def quality_table(rows: Sequence[RowKey], columns: Sequence[str], values: dict, 
             continue
         best_key = pick(key(means[(rk, c)]) for rk in present)
         best_row = next(rk for rk in present if key(means[(rk, c)]) == best_key)
+        others = [means[(rk, c)] for rk in present if key(means[(rk, c)]) != best_key]
+        runner_up = pick(others) if others else None
         for rk in present:
             v = values[(rk, c)]
             vals = [v[s] for s in sorted(v)]
@@ -70,8 +89,11 @@ def quality_table(rows: Sequence[RowKey], columns: Sequence[str], values: dict, 
             test = None if rk == best_row else paired_t_test(v, values[(best_row, c)])
             behind = bool(test and test.significant and not is_best
                           and (test.mean_diff > 0 if lower_better else test.mean_diff < 0))
-            cells[(rk, c)] = CellStat(len(vals), means[(rk, c)], ci_half_width(vals) if len(vals) > 1 else None,
-                                      is_best, test, behind)
+            half = ci_half_width(vals) if len(vals) > 1 else None
+            clear = None
+            if is_best and runner_up is not None:
+                clear = half is not None and abs(means[(rk, c)] - runner_up) > half
+            cells[(rk, c)] = CellStat(len(vals), means[(rk, c)], half, is_best, test, behind, clear)
     avgs = {}
     for rk in rows:
         m = [means[(rk, c)] for c in columns if (rk, c) in means]
@@ -102,23 +124,36 @@ def _path(*path: str) -> Callable[[dict], float | None]:
     return lambda rec: _get(rec["cost"], path)
 
 
-#: (column name, how to read it from a record, format kind). ``weak`` / ``strong``: the
-#: run's weakest / strongest tier (:func:`~fedbench.leaderboard.groups.weak_strong_tiers`).
+@dataclass(frozen=True)
+class Cost:
+    """One cost column: its header, its export field (the unit in the name, as in the
+    record), how to read it from a record and its unit (``tflops``, ``gb``, ``mb``, ``s``)."""
+
+    name: str
+    key: str
+    read: Callable[[dict], float | None]
+    unit: str
+
+
+def _three(name: str, key: str, field: tuple[str, str], unit: str) -> tuple[Cost, ...]:
+    """A cost over all clients and for the weakest / strongest tier of each run."""
+    return (Cost(name, key, _path(*field), unit), Cost(f"{name} weak", f"{key}_weak", _tier(0, field), unit),
+            Cost(f"{name} strong", f"{key}_strong", _tier(1, field), unit))
+
+
+#: The cost columns. ``weak`` / ``strong``: the run's weakest / strongest tier
+#: (:func:`~fedbench.leaderboard.groups.weak_strong_tiers`).
 COSTS = (
-    ("TFLOPs/step", _path("tflops_per_step", "mean"), "sig4"),
-    ("TFLOPs/step weak", _tier(0, ("tflops_per_step", "mean")), "sig4"),
-    ("TFLOPs/step strong", _tier(1, ("tflops_per_step", "mean")), "sig4"),
-    ("Mem", _path("peak_mem_gb", "mean"), "mem"),
-    ("Mem weak", _tier(0, ("peak_mem_gb", "mean")), "mem"),
-    ("Mem strong", _tier(1, ("peak_mem_gb", "mean")), "mem"),
-    ("MB/round", _path("traffic_mb_per_client_round", "total"), "fix2"),
-    ("MB/round weak", _tier(0, ("traffic_mb_per_client_round", "total")), "fix2"),
-    ("MB/round strong", _tier(1, ("traffic_mb_per_client_round", "total")), "fix2"),
-    ("s/round", _path("seconds_per_round"), "fix2"),
-    ("Eval s/round", _path("eval_seconds_per_round"), "fix2"),
-    ("Server TFLOPs", _path("server_tflops_total"), "sig4"),
-    ("Server s", _path("server_seconds_total"), "fix2"),
+    *_three("TFLOPs/step", "tflops_per_step", ("tflops_per_step", "mean"), "tflops"),
+    *_three("Mem", "peak_mem_gb", ("peak_mem_gb", "mean"), "gb"),
+    *_three("Traffic/round", "traffic_mb_per_client_round", ("traffic_mb_per_client_round", "total"), "mb"),
+    Cost("s/round", "seconds_per_round", _path("seconds_per_round"), "s"),
+    Cost("Eval s/round", "eval_seconds_per_round", _path("eval_seconds_per_round"), "s"),
+    Cost("Server TFLOPs", "server_tflops_total", _path("server_tflops_total"), "tflops"),
+    Cost("Server s", "server_seconds_total", _path("server_seconds_total"), "s"),
 )
+#: The cost the table's Pareto front is taken on (with the quality Avg).
+PARETO_COST = "TFLOPs/step weak"
 
 
 def row_costs(sec: Section) -> dict[RowKey, dict[str, float | None]]:
@@ -127,15 +162,43 @@ def row_costs(sec: Section) -> dict[RowKey, dict[str, float | None]]:
     out = {}
     for rk in sec.rows:
         out[rk] = {}
-        for name, read, _ in COSTS:
-            vals = [v for v in (read(r) for r in sec.runs[rk]) if v is not None]
-            out[rk][name] = mean(vals) if vals else None
+        for cost in COSTS:
+            vals = [v for v in (cost.read(r) for r in sec.runs[rk]) if v is not None]
+            out[rk][cost.name] = mean(vals) if vals else None
     return out
 
 
+def mem_sources(sec: Section) -> dict[RowKey, str]:
+    """Row -> ``cost.peak_mem_source`` of its runs (``cuda`` or ``accounted``), or
+    ``mixed`` when its runs differ."""
+    out = {}
+    for rk in sec.rows:
+        found = sorted({r["cost"]["peak_mem_source"] for r in sec.runs[rk]})
+        out[rk] = found[0] if len(found) == 1 else "mixed"
+    return out
+
+
+def weak_tier_idle(rec: dict) -> bool:
+    """Whether the run's weakest tier never trained: FLOPs were measured per tier
+    (``cost.tflops_per_step.by_tier`` not empty) but none for the weakest tier (e.g.
+    Exclusive: clients below full capacity sit out, so they cost and send nothing)."""
+    by_tier = rec["cost"]["tflops_per_step"]["by_tier"]
+    return bool(by_tier) and weak_strong_tiers(rec)[0] not in by_tier
+
+
+def idle_weak_tier(sec: Section) -> set[RowKey]:
+    """Rows with a run whose weakest tier never trained (:func:`weak_tier_idle`): they have
+    no weakest-tier cost to be ranked by and are left out of the Pareto front."""
+    return {rk for rk in sec.rows if any(weak_tier_idle(r) for r in sec.runs[rk])}
+
+
 def pareto_rows(q: QualityTable, costs: dict, *, lower_better: bool) -> set[RowKey]:
-    """Rows no other row dominates on (Avg, weakest tier's TFLOPs/step); rows missing
-    either are not considered."""
-    points = {rk: (q.avgs[rk], costs[rk]["TFLOPs/step weak"]) for rk in q.rows
-              if rk in q.avgs and costs[rk]["TFLOPs/step weak"] is not None}
-    return pareto_front(points, higher_quality_better=not lower_better)
+    """Rows no other row of their :func:`cohort` dominates on (Avg, weakest tier's
+    TFLOPs/step); rows missing either are not considered."""
+    points = {rk: (q.avgs[rk], costs[rk][PARETO_COST]) for rk in q.rows
+              if rk in q.avgs and costs[rk][PARETO_COST] is not None}
+    front = set()
+    for group in sorted({cohort(rk) for rk in points}):
+        front |= pareto_front({rk: p for rk, p in points.items() if cohort(rk) == group},
+                              higher_quality_better=not lower_better)
+    return front

@@ -133,10 +133,9 @@ def cmd_leaderboard(args) -> int:
 
 def cmd_plot(args) -> int:
     _need_matplotlib()
-    from fedbench.leaderboard.plots import plot_records
-    from fedbench.records import load_records
+    from fedbench.leaderboard.generate import generate
 
-    return _print_paths(plot_records(load_records(args.records), args.out), args.records)
+    return _print_paths(generate(args.records, args.out, plots=True), args.records)  # the tables link the PNGs
 
 
 def cmd_export(args) -> int:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fedbench.leaderboard.generate import generate, render_task, setting_sort_key
+from fedbench.leaderboard.generate import generate, render_task
+from fedbench.leaderboard.groups import setting_sort_key
 from fedbench.records import empty_record, load_records, validate_record
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -116,8 +117,8 @@ def test_mean_std_best_and_failed_excluded():
     assert costs[("hetlora", "6:3:1")]["TFLOPs/step"] == "3.2e-05"
     # Per tier: weakest = tier 0 in all three runs; strongest (tier 2) only in iid seed 0.
     assert fh["TFLOPs/step weak"] == "2.2e-05" and fh["TFLOPs/step strong"] == "6e-05"
-    assert fh["Mem weak"] == "12.4 MB" and fh["Mem strong"] == "1.50 GB"  # MB below 1 GB
-    assert fh["MB/round strong"] == "1.00" and costs[("fedra", "6:3:1")]["MB/round strong"] == "-"
+    assert fh["Mem weak"] == "12.4 MB" and fh["Mem strong"] == "1.5 GB"  # MB below 1 GB
+    assert fh["Traffic/round strong"] == "1 MB" and costs[("fedra", "6:3:1")]["Traffic/round strong"] == "-"
     assert fh["Server TFLOPs"] == "0.0012" and fh["Server s"] == "0.75"
     assert costs[("hetlora", "6:3:1")]["Server s"] == "-"
     # Pareto on (Avg, weakest-tier TFLOPs/step): hetlora has no Avg; fed_hello beats fedra on both.

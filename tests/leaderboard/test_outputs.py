@@ -47,7 +47,8 @@ def test_export_csv_json(tmp_path, per):
     assert len(rows) == len(csv_rows) == {"cell": 5, "run": 6}[per]
     if per == "cell":
         fh = next(r for r in rows if r["method"] == "fed_hello" and r["setting"] == "iid")
-        assert (fh["n"], fh["seeds"], fh["mean"], fh["best"]) == (2, "0 1", 82.5, True)
+        assert (fh["n"], fh["seeds"], fh["mean"], fh["best"]) == (2, [0, 1], 82.5, True)
+        assert next(r for r in csv_rows if r["method"] == "fed_hello" and r["setting"] == "iid")["seeds"] == "0 1"
         assert fh["ci95_half"] == pytest.approx(31.765, abs=1e-3)
         assert fh["cost_tflops_per_step_strong"] == 6e-05 and fh["pareto"] is True
     else:
@@ -74,70 +75,29 @@ def test_leaderboard_defaults_do_not_touch_committed_tables():
     assert REGENERATE == "fedbench leaderboard --records leaderboard/records --out leaderboard"
 
 
-def _two_ratio_section():
-    """tiny_text's fixtures plus a copy of fedra's runs relabelled 1:1:1: fedra then has rows
-    under two resource labels, fed_hello and hetlora under one."""
-    import copy
+def test_export_is_typed(tmp_path):
+    """Numbers as numbers, the variant as a mapping, units in the cost names, the memory source."""
+    from fedbench.leaderboard.export import export
+    from fedbench.records import write_record
 
-    from fedbench.leaderboard.generate import ok_sections
+    from .test_generate import make
+    from .test_groups import with_config
 
-    records = load_records(RECORDS)
-    extra = []
-    for r in records:
-        if r["run"]["task"] == "tiny_text" and r["run"]["method"] == "fedra":
-            r = copy.deepcopy(r)
-            r["run"]["roc"] = r["run"]["resource_label"] = "1:1:1"
-            r["run"]["run_id"] += "-111"
-            extra.append(r)
-    return ok_sections("tiny_text", records + extra)[2][0]
-
-
-def test_plot_names_show_the_resource_label_only_where_a_method_has_several():
-    from fedbench.leaderboard.generate import ok_sections
-    from fedbench.leaderboard.plots import plot_names, split_by_label
-
-    # tiny_vision: fedavg under "-" and fedra under its capacity list: one label each, so no split
-    vision = ok_sections("tiny_vision", load_records(RECORDS))[2][0]
-    assert split_by_label(vision) == [] and plot_names(vision) == vision.names
-    sec = _two_ratio_section()
-    assert split_by_label(sec) == ["6:3:1", "1:1:1"]
-    assert sorted(plot_names(sec).values()) == ["fed_hello 6:3:1", "fedra 1:1:1", "fedra 6:3:1", "hetlora 6:3:1"]
-
-
-def test_curves_one_panel_per_ratio_and_one_colour_per_method():
-    pytest.importorskip("matplotlib")
-    from fedbench.leaderboard.plots import _curves, _pyplot, row_styles
-    from fedbench.leaderboard.render import Fmt
-
-    plt, sec = _pyplot(), _two_ratio_section()
-    fig = _curves(plt, sec, "iid", Fmt(sec.metric), "tiny_text / iid")
-    panels = [ax for ax in fig.axes if ax.get_title()]
-    assert [ax.get_title() for ax in panels] == ["RoC 6:3:1", "RoC 1:1:1"]
-    # 6:3:1 panel: fed_hello, fedra and hetlora have iid curves; 1:1:1: only the fedra copy
-    assert sorted(line.get_label() for line in panels[0].lines) == ["fed_hello", "fedra", "hetlora"]
-    assert [line.get_label() for line in panels[1].lines] == ["fedra"]
-    fedra = {rk.label: style for rk, style in row_styles(plt, sec).items() if rk.method == "fedra"}
-    assert fedra["6:3:1"] == fedra["1:1:1"]
-    assert len({style for rk, style in row_styles(plt, sec).items() if rk.label == "6:3:1"}) == 3
-    assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["fed_hello", "fedra", "hetlora"]
-    plt.close(fig)
-
-
-def test_tiers_one_bar_line_per_row_memory_in_mb():
-    pytest.importorskip("matplotlib")
-    from fedbench.leaderboard.plots import _pyplot, _tiers
-
-    plt, sec = _pyplot(), _two_ratio_section()
-    fig = _tiers(plt, sec, "iid", "tiny_text / iid")
-    assert [ax.get_xlabel() for ax in fig.axes] == ["TFLOPs/step", "Mem GB", "MB/round"]  # one run peaks at 1.5 GB
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [
-        "fed_hello 6:3:1", "fedra 1:1:1", "fedra 6:3:1", "hetlora 6:3:1"]  # table order
-    plt.close(fig)
-    for runs in sec.runs.values():
-        for r in runs:
-            for t in r["cost"]["peak_mem_gb"]["by_tier"].values():
-                t["mean"] = min(t["mean"], 0.5)
-    fig = _tiers(plt, sec, "iid", "tiny_text / iid")
-    assert fig.axes[1].get_xlabel() == "Mem MB"
-    assert max(p.get_width() for p in fig.axes[1].patches) == 500.0  # 0.5 GB drawn as 500 MB
-    plt.close(fig)
+    root = tmp_path / "records"
+    for s, (a, b) in enumerate(((0.5, 0.4), (0.6, 0.5), (0.7, 0.6))):  # b = a - 10 points every seed: t = -inf
+        for lr, final in ((0.01, a), (0.1, b)):
+            rec = with_config(make("fedavg", seed=s, final=final), lr=lr)
+            rec["run"]["run_id"] += f"-{lr}"
+            rec["cost"]["peak_mem_gb"]["mean"] = 0.25
+            write_record(rec, root / f"{rec['run']['run_id']}.json")
+    export(root, tmp_path / "out")
+    rows = json.loads((tmp_path / "out" / "t.cell.json").read_text())
+    best, behind = rows
+    assert best["variant"] == {"lr": 0.01} and behind["variant"] == {"lr": 0.1}
+    assert best["seeds"] == [0, 1, 2] and best["mean"] == pytest.approx((50 + 60 + 70) / 3)
+    assert behind["diff_to_best"] == pytest.approx(-10.0) and behind["t"] is None and behind["behind_best"] is True
+    assert best["cost_peak_mem_gb"] == 0.25 and best["peak_mem_source"] == "accounted"
+    assert {"cost_traffic_mb_per_client_round_weak", "cost_tflops_per_step", "cost_seconds_per_round"} <= set(best)
+    with open(tmp_path / "out" / "t.cell.csv", newline="") as fh:
+        first = next(csv.DictReader(fh))
+    assert json.loads(first["variant"]) == {"lr": 0.01} and first["seeds"] == "0 1 2"

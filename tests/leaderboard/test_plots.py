@@ -1,0 +1,128 @@
+"""Plots that stay readable with many methods: small multiples by method family, distinct
+colours within a panel, direct labels, curves only where there is a curve, titles that say
+what a setting means; ``fedbench plot`` links its PNGs into the tables."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fedbench.leaderboard.plot_costs import weak_front
+from fedbench.leaderboard.plot_style import PALETTE, row_colours, style_names
+from fedbench.leaderboard.sections import ok_sections
+from fedbench.records import load_records
+from fedbench.runners.cli import main
+
+from .test_generate import make
+from .test_notes import tiered_record
+
+RECORDS = Path(__file__).parent / "fixtures" / "records"
+
+
+def _two_ratio_section():
+    """tiny_text's fixtures plus a copy of fedra's runs relabelled 1:1:1: fedra (layer / depth
+    subsets) under two resource labels, fed_hello (Fed-HeLLo) and hetlora (rank) under one."""
+    records = load_records(RECORDS)
+    extra = []
+    for r in records:
+        if r["run"]["task"] == "tiny_text" and r["run"]["method"] == "fedra":
+            r = copy.deepcopy(r)
+            r["run"]["roc"] = r["run"]["resource_label"] = "1:1:1"
+            r["run"]["run_id"] += "-111"
+            extra.append(r)
+    return ok_sections("tiny_text", records + extra)[2][0]
+
+
+def test_colours_distinct_within_a_family_and_kept_across_ratios():
+    recs = [make(m, label=label) for m in ("fed_hello", "fed_hello_fim", "fed_hello_rgd", "fed_hello_gd_triangle",
+                                           "fed_hello_gd_inverted", "fed_hello_gd_bottleneck", "fed_hello_gd_uniform",
+                                           "fedra", "hetlora") for label in ("6:3:1", "1:1:1")]
+    sec = ok_sections("t", recs)[2][0]
+    colours = row_colours(sec)
+    hello = {rk.method: colours[rk] for rk in sec.rows if rk.method.startswith("fed_hello")}
+    assert len(set(hello.values())) == 7 and all(c in PALETTE for c, _ in hello.values())
+    for rk in sec.rows:  # one method, one colour under both ratios
+        assert colours[rk] == colours[next(r for r in sec.rows if r.method == rk.method)]
+    assert set(style_names(sec.rows).values()) == {rk.method for rk in sec.rows}
+
+
+def test_curves_small_multiples_one_row_per_family_one_column_per_ratio():
+    pytest.importorskip("matplotlib")
+    from fedbench.leaderboard.plot_curves import curves
+    from fedbench.leaderboard.plots import pyplot
+
+    plt, sec = pyplot(), _two_ratio_section()
+    fig = curves(plt, sec, "iid", "tiny_text / iid")
+    grid = [ax for ax in fig.axes]
+    assert len(grid) == 3 * 2  # layer / depth, rank, Fed-HeLLo x RoC 1:1:1, 6:3:1
+    assert [ax.get_title() for ax in grid[:2]] == ["RoC 1:1:1", "RoC 6:3:1"]
+    assert [ax.get_ylabel().split("\n")[0] for ax in grid[::2]] == ["layer / depth subsets", "rank heterogeneity",
+                                                                    "Fed-HeLLo"]
+    fedra_631 = grid[1]  # layer / depth subsets, RoC 6:3:1: fedra in colour, named at its end; the rest grey
+    assert [t.get_text() for t in fedra_631.texts] == ["fedra"]
+    assert sum(line.get_color() != "#c8c8c8" for line in fedra_631.lines) == 1
+    assert sum(line.get_color() == "#c8c8c8" for line in fedra_631.lines) == 2  # fed_hello, hetlora
+    assert [t.get_text() for t in grid[4].texts] == ["no runs"]  # Fed-HeLLo has no 1:1:1 runs
+    assert not fig.legends  # methods are named on the plot
+    plt.close(fig)
+
+
+def test_curves_need_three_points_and_fedbench_plot_links_the_pngs(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    root = tmp_path / "records"
+    shutil.copytree(RECORDS / "tiny_vision", root / "tiny_vision")
+    for path in (root / "tiny_vision").rglob("*.json"):
+        rec = json.loads(path.read_text())
+        if rec["run"]["setting"] == "domain":
+            rec["results"]["curve"] = rec["results"]["curve"][-2:]
+        path.write_text(json.dumps(rec))
+    out = tmp_path / "out"
+    (out / "tiny_vision").mkdir(parents=True)
+    (out / "tiny_vision" / "domain_curves.png").write_bytes(b"left by an older run")
+    assert main(["plot", "--records", str(root), "--out", str(out)]) == 0
+    pngs = sorted(p.name for p in (out / "tiny_vision").iterdir())
+    assert pngs == ["domain+dir_0.5_x5_curves.png", "domain+dir_0.5_x5_pareto.png", "domain+dir_0.5_x5_tiers.png",
+                    "domain_pareto.png", "domain_tiers.png"]
+    table = (out / "tiny_vision.md").read_text()
+    assert "[domain_pareto](tiny_vision/domain_pareto.png)" in table and "domain_curves" not in table
+    assert str(out / "tiny_vision.md") in capsys.readouterr().out
+
+
+def test_plot_titles_say_what_the_setting_means():
+    from fedbench.leaderboard.plot_style import title
+
+    sec = ok_sections("t", [make(setting="2/-")])[2][0]
+    assert title(sec, "2/-", False) == "t / 2/- (2 classes per client, equal shares)"
+    assert title(sec, "odd", True) == "t / odd / top1"
+
+
+def test_pareto_keeps_an_idle_weakest_tier_off_the_front():
+    recs = [tiered_record("exclusive", 0.9, (2,), (0.0, 0.0, 1.25)),
+            tiered_record("fedavg", 0.8, (0, 1, 2), (1.25,) * 3),
+            tiered_record("all_small", 0.5, (0, 1, 2), (0.66,) * 3)]
+    sec = ok_sections("t", recs)[2][0]
+    points, front, idle = weak_front(sec, "iid", "traffic_mb_per_client_round", "total")
+    by = {rk.method: rk for rk in sec.rows}
+    assert points[by["exclusive"]] == (90.0, 0.0)  # drawn where it is ...
+    assert idle == {by["exclusive"]} and front == {by["fedavg"], by["all_small"]}  # ... but off the front
+    points, front, idle = weak_front(sec, "iid", "tflops_per_step", "mean")
+    assert by["exclusive"] not in points and front == {by["fedavg"]}  # same weak TFLOPs: the higher quality wins
+
+
+def test_pareto_axes_name_units_and_memory_source():
+    pytest.importorskip("matplotlib")
+    from fedbench.leaderboard.plot_costs import pareto
+    from fedbench.leaderboard.plots import pyplot
+
+    plt, sec = pyplot(), _two_ratio_section()
+    fig = pareto(plt, sec, "iid", "tiny_text / iid")
+    labels = [ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()]
+    assert labels == ["weakest-tier TFLOPs/step", "weakest-tier peak memory, MB (accounted)",
+                      "weakest-tier traffic per round, MB"]
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "RoC 1:1:1: on its front (filled)" in texts and "hollow: off its cohort's front" in texts
+    plt.close(fig)
