@@ -5,14 +5,18 @@ A row is one (method, resource label, config variant). The variant is every fiel
 runs of different variants are never averaged. A cell is (row, setting) and holds one
 value per seed.
 
-* New records carry ``run.run_config`` (every field of the resolved RunConfig); older ones
-  fall back to ``run.lr, rounds, batch_size, optimizer, local_epochs, dynamic`` and
-  ``clients_per_round`` / ``n_clients`` (named ``per_round`` / ``clients`` as in the
-  RunConfig).
-* Not part of the variant: :data:`IGNORED_RUN_FIELDS` (cannot change a result), ``seed``
-  (the cell's samples), ``setting`` (the columns), the resource-label fields
-  :data:`LABEL_FIELDS` (the RoC column), ``task_config.data_dir`` and
-  ``task_config.eval_batch_size`` (the default grew from 64 to 256; no backward, same scores).
+* Which fields those are is each field's declared role (:mod:`fedbench.config`): only
+  fields whose role is ``result``. New records carry them as ``run.variant``, written by
+  the runner from the roles. Older records are read through the same roles: their
+  ``run.run_config`` fields whose :class:`~fedbench.configs.RunConfig` role is ``result``,
+  every method field, and the task fields whose :class:`~fedbench.configs.TaskConfig` role
+  is ``result`` (so never ``data_dir``, runtime, or ``eval_batch_size``, record-only);
+  fields the configs no longer declare are left out. Records older still, without
+  ``run.run_config``, fall back to ``run.lr, rounds, batch_size, optimizer, local_epochs,
+  dynamic`` and ``clients_per_round`` / ``n_clients``.
+* So never part of the variant: the seed (the cell's samples), the setting (the
+  columns), the resource-label fields (the RoC column): their role is ``axis``; and what
+  only changes the record or the run's execution (roles ``record``, ``runtime``).
 * A field whose value is fixed by the setting within one table (every run of a setting
   has the same value, e.g. the number of clients of a domain split) only restates the
   column and is dropped too, so a row is not split across settings by it.
@@ -26,13 +30,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from fedbench.config import RESULT, field_specs, values_with_roles
+from fedbench.configs import RunConfig, TaskConfig
 from fedbench.leaderboard.stats import mean
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "IGNORED_RUN_FIELDS",
-    "LABEL_FIELDS",
     "RowKey",
     "Section",
     "build_section",
@@ -42,12 +46,6 @@ __all__ = [
     "weak_strong_tiers",
 ]
 
-#: RunConfig fields that never change a result.
-IGNORED_RUN_FIELDS = frozenset({"seed", "out", "device", "runner", "workers", "threads", "eval_every",
-                                "measure_flops", "eval_initial", "store_memory_mb", "checkpoint_every",
-                                "keep_checkpoints", "divergence_factor"})
-#: Fields shown as the resource label (RoC column) or as the columns.
-LABEL_FIELDS = frozenset({"setting", "roc", "capacities"})
 #: Record ``run`` keys used when a record has no ``run.run_config`` -> RunConfig name.
 FALLBACK_RUN_FIELDS = {"lr": "lr", "rounds": "rounds", "batch_size": "batch_size", "optimizer": "optimizer",
                        "local_epochs": "local_epochs", "clients_per_round": "per_round", "n_clients": "clients",
@@ -69,23 +67,23 @@ def _canon(value) -> str:
 
 
 def raw_variant(rec: dict) -> dict[str, str]:
-    """{field: canonical JSON value} of everything in ``rec`` that can change a result.
-    Run fields keep their RunConfig name (``lr``), method and task fields get a prefix
-    (``method.lora_r``, ``task.seq_len``)."""
+    """{field: canonical JSON value} of everything in ``rec`` that can change a result (the
+    fields whose role is ``result``). Run fields keep their RunConfig name (``lr``), method
+    and task fields get a prefix (``method.lora_r``, ``task.seq_len``)."""
     run = rec["run"]
-    out = {}
+    if isinstance(run.get("variant"), dict) and run["variant"]:  # written by the runner from the roles
+        return {k: _canon(v) for k, v in run["variant"].items()}
     rc = run.get("run_config")
     if isinstance(rc, dict) and rc:  # an empty one: a record whose runner did not fill it
-        items = rc.items()
+        items = values_with_roles(RunConfig, rc, (RESULT,)).items()
     else:
         items = ((new, run[old]) for old, new in FALLBACK_RUN_FIELDS.items() if old in run)
-    for k, v in items:
-        if k not in IGNORED_RUN_FIELDS and k not in LABEL_FIELDS:
-            out[k] = _canon(v)
+    out = {k: _canon(v) for k, v in items}
     for k, v in (run.get("method_config") or {}).items():
         out[f"method.{k}"] = _canon(v)
+    not_results = {f.name for f in field_specs(TaskConfig) if f.role != RESULT}
     for k, v in (run.get("task_config") or {}).items():
-        if k not in ("data_dir", "eval_batch_size"):  # where the data are, how many examples at once
+        if k not in not_results:
             out[f"task.{k}"] = _canon(v)
     return out
 
