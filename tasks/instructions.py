@@ -1,8 +1,9 @@
 """Instruction tuning of causal LMs: Dolly-15k and Natural Instructions (Fed-HeLLo, Sec. IV-A).
 
-Why one file of ~450 lines: the two tasks differ only in field names and defaults (the
-last ~40 lines); everything else (reading, prompting, encoding, generation, scoring) is
-the one shared ``InstructionTask``.
+The two tasks differ only in field names and defaults (the last ~40 lines); everything
+else (reading, prompting, generation, scoring) is the one shared ``InstructionTask``.
+Examples and their held-out split are in :mod:`fedbench.tasks.instruction_examples`, the
+token tensors in :mod:`fedbench.tasks.instruction_encoding`.
 
 Fed-HeLLo fine-tunes OPT-1.3B on Dolly-15K and the Llama-like DataJuicer-1B on Natural
 Instructions with LoRA on query and value (rank 8, alpha 16, dropout 0.1), 50 clients,
@@ -43,9 +44,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -54,7 +55,7 @@ from torch import nn
 from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, EvalResult, ModelBundle, Task, TaskConfig, TaskData, eval_indices
+from fedbench.tasks.base import EvalResult, ModelBundle, Task, TaskConfig, TaskData, eval_indices
 from fedbench.tasks.base import iterate_batches, to_device
 from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
@@ -72,13 +73,14 @@ from fedbench.tasks.models import (
     tiny_lm,
     word_tokenizer,
 )
+from fedbench.tasks.instruction_encoding import IGNORE, PromptDataset, encode_pairs
+from fedbench.tasks.instruction_examples import Example, first_value, holdout
 from fedbench.tasks.record_files import check_rows, hub_splits, json_type, read_local_splits, read_records
 from fedbench.tasks.partition import check_disjoint
-from fedbench.tasks.tiny import rouge_l
+from fedbench.tasks.rouge import rouge_l
 
 log = logging.getLogger(__name__)
 
-IGNORE = -100
 DOLLY_CATEGORIES = ("brainstorming", "classification", "closed_qa", "creative_writing", "general_qa",
                     "information_extraction", "open_qa", "summarization")
 
@@ -111,52 +113,6 @@ class InstructionConfig(TaskConfig):
             raise ValueError("test_fraction must be in (0, 1)")
 
 
-@dataclass(frozen=True)
-class Example:
-    instruction: str
-    context: str
-    response: str
-    category: str
-
-    def digest(self) -> str:
-        blob = "\x1f".join((self.instruction, self.context, self.response))
-        return hashlib.blake2b(blob.encode("utf-8"), digest_size=12).hexdigest()
-
-
-def _first(row: dict, names: tuple[str, ...]):
-    for n in names:
-        if n in row and row[n] is not None:
-            v = row[n]
-            return v[0] if isinstance(v, list) and v else v
-    return None
-
-
-def holdout(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
-    """Seeded train/test split over distinct examples (duplicates stay on one side)."""
-    groups: dict[str, list[int]] = {}
-    for i, ex in enumerate(examples):
-        groups.setdefault(ex.digest(), []).append(i)
-    keys = sorted(groups)
-    order = np.random.default_rng([seed, 11]).permutation(len(keys))
-    n_test = max(1, int(round(fraction * len(keys))))
-    test_keys = {keys[i] for i in order[:n_test]}
-    train = [ex for ex in examples if ex.digest() not in test_keys]  # file order kept
-    test = [ex for ex in examples if ex.digest() in test_keys]
-    return train, test
-
-
-@dataclass
-class PromptDataset(ArrayDataset):
-    """Encoded examples plus what evaluation needs: each row's ``ref`` indexes
-    ``references`` (the reference responses), decoded with ``tokenizer``. Subsets keep both."""
-
-    references: list[str] = field(default_factory=list)
-    tokenizer: Any = None
-
-    def subset(self, idx) -> "PromptDataset":
-        return PromptDataset(self.batch(idx), self.references, self.tokenizer)
-
-
 class InstructionTask(Task):
     """Shared implementation; subclasses name their fields, source and defaults."""
 
@@ -183,7 +139,7 @@ class InstructionTask(Task):
         """What is wrong with a record (its instruction or response is not a string), or None."""
         for key in ("instruction", "response"):
             names = self.fields[key]
-            value = _first(row, names)
+            value = first_value(row, names)
             if value is None:
                 return f"missing field {names[0]!r}" + (f" (or {', '.join(map(repr, names[1:]))})" if names[1:] else "")
             if not isinstance(value, str):
@@ -191,7 +147,7 @@ class InstructionTask(Task):
         return None
 
     def to_example(self, row: dict) -> Example:
-        vals = {k: _first(row, names) for k, names in self.fields.items()}
+        vals = {k: first_value(row, names) for k, names in self.fields.items()}
         return Example(vals["instruction"].strip(), str(vals["context"] or "").strip(), vals["response"].strip(),
                        str(vals["category"] or "none"))
 
@@ -284,44 +240,8 @@ class InstructionTask(Task):
         parts = {"texts": hashlib.sha256(blob.encode("utf-8")).hexdigest(), "n": len(examples), "chat": chat,
                  "tokenizer": tokenizer_fingerprint(tok), "seq_len": self.config.seq_len, "prompts": with_prompts}
         tensors = cached_tensors(self.dataset_name, parts,
-                                 lambda: self.tokenize(tok, prompts, responses, chat, with_prompts))
+                                 lambda: encode_pairs(tok, prompts, responses, chat, self.config.seq_len, with_prompts))
         return PromptDataset(tensors, responses, tok)
-
-    def tokenize(self, tok, prompt_texts: list[str], response_texts: list[str], chat: bool,
-                 with_prompts: bool) -> dict[str, torch.Tensor]:
-        """The tensors of :meth:`encode`."""
-        T = self.config.seq_len
-        prompts = tok(prompt_texts, add_special_tokens=not chat)["input_ids"]
-        responses = tok(response_texts, add_special_tokens=False)["input_ids"]
-        pad, eos = tok.pad_token_id, tok.eos_token_id
-        n_ex = len(prompts)
-        ids = np.full((n_ex, T), pad, dtype=np.int32)
-        labels = np.full((n_ex, T), IGNORE, dtype=np.int32)
-        mask = np.zeros((n_ex, T), dtype=np.int8)
-        cut_prompts = []
-        for i, (p, r) in enumerate(zip(prompts, responses)):
-            r = list(r) + [eos]
-            room = T - min(len(r), max(1, T // 4))  # the prompt leaves room for >= 1 response token
-            if len(p) > room:
-                p = p[:1] + p[len(p) - room + 1:]  # keep BOS, drop the start of the prompt
-            r = r[: T - len(p)]
-            n = len(p) + len(r)
-            ids[i, :n] = p + r
-            labels[i, len(p):n] = r
-            mask[i, :n] = 1
-            cut_prompts.append(p)
-        tensors = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
-                   "attention_mask": torch.from_numpy(mask)}
-        if with_prompts:
-            P = max(len(p) for p in cut_prompts)
-            pids = np.full((n_ex, P), pad, dtype=np.int32)
-            pmask = np.zeros((n_ex, P), dtype=np.int8)
-            for i, p in enumerate(cut_prompts):
-                pids[i, P - len(p):] = p
-                pmask[i, P - len(p):] = 1
-            tensors.update(prompt_ids=torch.from_numpy(pids), prompt_mask=torch.from_numpy(pmask),
-                           ref=torch.arange(n_ex))
-        return tensors
 
     def load(self) -> TaskData:
         """Read, check and encode the examples; ``info["tokenizer"]`` is what encoded them and

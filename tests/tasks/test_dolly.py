@@ -203,13 +203,13 @@ def test_lm_backbone_is_the_same_for_every_run_seed(tmp_path):
 
 
 def test_second_load_hits_the_cache_and_seq_len_misses(tmp_path, monkeypatch):
-    from fedbench.tasks.instructions import InstructionTask
+    from fedbench.tasks import instructions
 
     root = write_dolly(tmp_path / "d")
     calls = []
-    tokenize = InstructionTask.tokenize
-    monkeypatch.setattr(InstructionTask, "tokenize", lambda self, *a: calls.append(self.config.seq_len)
-                        or tokenize(self, *a))
+    encode = instructions.encode_pairs
+    monkeypatch.setattr(instructions, "encode_pairs", lambda tok, p, r, chat, seq_len, wp: calls.append(seq_len)
+                        or encode(tok, p, r, chat, seq_len, wp))
     first = task(root).load()
     again = task(root).load()
     assert calls == [48, 48]
