@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -38,6 +37,7 @@ from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
+from fedbench.tasks.cifar_pickles import batch_arrays, label_names
 from fedbench.tasks.image_domains import VisionConfig, VisionTask
 from fedbench.tasks.image_sources import read_image_source
 from fedbench.tasks.partition import check_disjoint
@@ -45,6 +45,7 @@ from fedbench.tasks.partition import check_disjoint
 log = logging.getLogger(__name__)
 
 HF_ID = "uoft-cs/cifar100"
+N_CLASSES = 100
 
 
 @dataclass(frozen=True)
@@ -90,17 +91,17 @@ def _missing(why: str) -> UserError:
 
 
 def read_python_folder(folder: Path) -> tuple[dict, list[str]]:
-    """The original pickles: {'train'|'test': (uint8 (N,3,32,32), fine labels)}, class names."""
+    """The original pickles: {'train'|'test': (uint8 (N,3,32,32), fine labels)}, class names;
+    read without running code, labels checked against the class list
+    (:mod:`fedbench.tasks.cifar_pickles`)."""
+    meta = folder / "meta"
+    names = label_names(meta, b"fine_label_names", "cifar100") if meta.is_file() else []
+    n_classes, classes = (len(names), str(meta)) if names else (N_CLASSES, "CIFAR-100")
     out = {}
     for split in ("train", "test"):
-        with open(folder / split, "rb") as f:
-            d = pickle.load(f, encoding="bytes")
-        x = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-        out[split] = (x, np.asarray(d[b"fine_labels"], dtype=np.int64))
-    names = []
-    if (folder / "meta").exists():
-        with open(folder / "meta", "rb") as f:
-            names = [n.decode() for n in pickle.load(f, encoding="bytes")[b"fine_label_names"]]
+        out[split] = batch_arrays(folder / split, b"fine_labels", n_classes, "cifar100", classes)
+        if not len(out[split][1]):
+            raise _missing(f"{folder / split} holds no images")
     return out, names
 
 

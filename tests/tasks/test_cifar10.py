@@ -2,6 +2,7 @@
 ``img`` / ``label``), every Table 1 CNN built from the loaded data, the error messages."""
 
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,91 @@ def test_missing_data_messages(tmp_path):
     with pytest.raises(UserError) as e:  # tests run with HF_HUB_OFFLINE=1 and an empty cache
         Cifar10(Cifar10Config(hf_id="no-such-org/no-such-cifar")).load()
     assert "\n" not in str(e.value) and "hub cannot be reached" in str(e.value) and "uoft-cs/cifar10" in str(e.value)
+
+
+# ------------------------------------------------------------ what a batch file may hold
+class MarkerOnLoad:
+    """Unpickling this object would create ``path`` (standing for any code a pickle can run)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def rewrite(path: Path, edit, protocol=pickle.DEFAULT_PROTOCOL):
+    with open(path, "rb") as f:
+        blob = pickle.load(f)
+    with open(path, "wb") as f:
+        pickle.dump(edit(blob), f, protocol=protocol)
+
+
+def one_line_error(root) -> str:
+    with pytest.raises(UserError) as e:
+        Cifar10(Cifar10Config(data_dir=str(root))).load()
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("file", ["data_batch_2", "test_batch", "batches.meta"])
+def test_a_pickle_that_would_run_code_is_refused_without_running_it(tmp_path, file):
+    root = write_batches(tmp_path / "c")
+    marker = tmp_path / "ran"
+    rewrite(root / "cifar-10-batches-py" / file, lambda b: {**b, b"extra": MarkerOnLoad(marker)})
+    msg = one_line_error(root)
+    assert not marker.exists()
+    assert f"{file} is not a CIFAR python batch: it names io.open" in msg
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_every_pickle_protocol_of_a_real_batch_still_loads(tmp_path, protocol):
+    root = write_batches(tmp_path / "c")
+    folder = root / "cifar-10-batches-py"
+    for name in ("data_batch_1", "test_batch", "batches.meta"):
+        rewrite(folder / name, lambda b: b, protocol)
+    rewrite(folder / "data_batch_4", lambda b: {**b, b"extra": 1.5})  # a float: no real batch has one
+    assert "data_batch_4 is not a CIFAR python batch: it holds a float" in one_line_error(root)
+    rewrite(folder / "data_batch_4", lambda b: {k: v for k, v in b.items() if k != b"extra"})
+    data = Cifar10(Cifar10Config(data_dir=str(root))).load()
+    assert data.train.images[:3].flatten().tolist() == images(3, 1)[0].transpose(0, 3, 1, 2).flatten().tolist()
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda b: {**b, b"labels": b[b"labels"][:-1] + [10]}, r"data_batch_3: labels\[2\] = 10 is not a class id in "
+                                                          r"0..9 \(the 10 classes of .*batches.meta\)"),
+    (lambda b: {**b, b"labels": [-1] + b[b"labels"][1:]}, r"data_batch_3: labels\[0\] = -1 is not a class id"),
+    (lambda b: {**b, b"labels": [10 ** 30] * 3}, r"labels\[0\] = 1000000000000000000000000000000 is not"),
+    (lambda b: {**b, b"labels": b[b"labels"][:2]}, "data_batch_3 has 3 images but 2 labels"),
+    (lambda b: {**b, b"data": b[b"data"][:, :100]}, r"'data' must be a uint8 array of shape \(N, 3072\), got a uint8 "
+                                                    r"array of shape \(3, 100\)"),
+    (lambda b: {**b, b"data": b[b"data"].astype(np.int64) + 1000}, "must be a uint8 array"),
+    (lambda b: {**b, b"data": np.array([b"x", 1], dtype=object)}, "it holds a numpy array of dtype object"),
+    (lambda b: {k: v for k, v in b.items() if k != b"labels"}, "data_batch_3 has no 'labels' entry"),
+    (lambda b: [b], "it holds a list, not a dict"),
+])
+def test_a_malformed_batch_is_one_line_naming_the_file_and_entry(tmp_path, edit, expected):
+    root = write_batches(tmp_path / "c")
+    rewrite(root / "cifar-10-batches-py" / "data_batch_3", edit)
+    assert re.search(expected, one_line_error(root))
+
+
+def test_without_a_meta_file_labels_are_checked_against_cifar10s_ten_classes(tmp_path):
+    root = write_batches(tmp_path / "c")
+    folder = root / "cifar-10-batches-py"
+    (folder / "batches.meta").unlink()
+    rewrite(folder / "test_batch", lambda b: {**b, b"labels": [0, 1, 2, 10]})
+    assert re.search(r"test_batch: labels\[3\] = 10 is not a class id in 0..9 \(the 10 classes of CIFAR-10\)",
+                     one_line_error(root))
+
+
+def test_a_bad_meta_file_or_truncated_batch_is_one_line(tmp_path):
+    root = write_batches(tmp_path / "c")
+    folder = root / "cifar-10-batches-py"
+    rewrite(folder / "batches.meta", lambda b: {b"label_names": [b"cat", b"\xff\xfe"]})
+    assert re.search(r"batches.meta: label_names\[1\] is not UTF-8 text", one_line_error(root))
+    rewrite(folder / "batches.meta", lambda b: {b"label_names": 3})
+    assert "'label_names' must be a non-empty list of names" in one_line_error(root)
+    (folder / "batches.meta").unlink()
+    (folder / "data_batch_5").write_bytes((folder / "data_batch_5").read_bytes()[:200])
+    assert "data_batch_5 is not a CIFAR python batch" in one_line_error(root)
