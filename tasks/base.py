@@ -16,17 +16,47 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """Fields common to every task."""
+    """Fields common to every task.
+
+    ``__post_init__`` range-checks them (a :class:`~fedbench.config.FieldError` names the
+    field); a subclass with fields of its own checks them in its ``__post_init__`` after
+    calling this one, and states there the sizes the task can hold (memory, the model's
+    positions), so an oversized value is refused before anything is loaded.
+    """
 
     data_dir: str | None = cfg_field(None, "local data directory (offline path); None = the task's default source")
     model: str | None = cfg_field(None, "model: a registered alias, an HF id, a timm name or a local path")
     eval_batch_size: int = cfg_field(256, "batch size at evaluation (no backward: as large as memory allows)")
     eval_max_examples: int | None = cfg_field(None, "evaluate on at most this many test examples (None = all)")
+
+    def __post_init__(self) -> None:
+        for name in ("data_dir", "model"):
+            value = getattr(self, name)
+            check(self, name, value is None or (value.strip() != "" and "\x00" not in value),
+                  "must be a non-empty name or path without NUL characters (or none)")
+        check_int(self, "eval_batch_size", 1)
+        check_int(self, "eval_max_examples", 1, optional=True)
+
+
+def check_int(cfg: Any, name: str, lo: int, hi: int | None = None, optional: bool = False, why: str = "") -> None:
+    """In a config's ``__post_init__``: field ``name`` must be an integer in ``lo..hi`` (no
+    upper bound when ``hi`` is None; None allowed when ``optional``); ``why`` explains the
+    bounds in the message, e.g. ``"(the model's positions)"``."""
+    value = getattr(cfg, name)
+    allowed = f"must be an integer >= {lo}" if hi is None else f"must be an integer in {lo}..{hi}"
+    allowed += (" (or none)" if optional else "") + (f" {why}" if why else "")
+    check(cfg, name, (optional and value is None) or (value is not None and lo <= value and (hi is None or value <= hi)),
+          allowed)
+
+
+def check_fraction(cfg: Any, name: str) -> None:
+    """In a config's ``__post_init__``: field ``name`` must be a number strictly between 0 and 1."""
+    check(cfg, name, 0.0 < getattr(cfg, name) < 1.0, "must be a number in (0, 1), both ends excluded")
 
 
 @dataclass

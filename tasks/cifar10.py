@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
@@ -41,6 +41,10 @@ MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)  # CIFAR-10 train
 @dataclass(frozen=True)
 class Cifar10Config(CNNTaskConfig):
     hf_id: str = cfg_field(HF_ID, "HF dataset id used when no --data-dir is given")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "hf_id", self.hf_id.strip() != "", "must name an HF dataset")
 
 
 def _missing(why: str) -> UserError:

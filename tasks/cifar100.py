@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
@@ -51,6 +51,10 @@ N_CLASSES = 100
 @dataclass(frozen=True)
 class Cifar100Config(VisionConfig):
     hf_id: str = cfg_field(HF_ID, "HF dataset id used when no --data-dir is given")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "hf_id", self.hf_id.strip() != "", "must name an HF dataset")
 
 
 class UInt8Images:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
@@ -45,6 +45,10 @@ MEAN, STD = (0.2860,), (0.3530,)  # Fashion-MNIST train set, pixel values in [0,
 @dataclass(frozen=True)
 class FashionMnistConfig(CNNTaskConfig):
     hf_id: str = cfg_field(HF_ID, "HF dataset id used when no --data-dir is given")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "hf_id", self.hf_id.strip() != "", "must name an HF dataset")
 
 
 def _missing(why: str) -> UserError:

@@ -32,10 +32,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData, check_fraction, check_int
 from fedbench.tasks.models import check_arch, enable_gradient_checkpointing, on_cuda_only
 from fedbench.tasks.vision_models import timm_layout, timm_model, vision_defaults
 from fedbench.tasks.partition import check_disjoint
@@ -43,6 +43,8 @@ from fedbench.tasks.partition import check_disjoint
 log = logging.getLogger(__name__)
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif"}
+MIN_IMG_SIZE, MAX_IMG_SIZE = 16, 1024  # image side fed to a ViT/Mixer with 16-px patches
+MAX_CLASSES = 100_000  # labels at or above this are data errors, not classes (DomainNet has 345)
 VIT_IN21K = "vit_base_patch16_224.augreg_in21k"
 
 
@@ -55,6 +57,12 @@ class VisionConfig(TaskConfig):
                                            "(224 for the pretrained ViT/Mixer, 32 for the tiny test models)")
     gradient_checkpointing: bool = cfg_field(False, "activation checkpointing of the blocks (applied only with CUDA)")
     bf16: bool = cfg_field(False, "run forward/backward under bfloat16 autocast (applied only on CUDA tensors)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "model", self.model is not None, "must name a timm model, a local timm folder or a tiny test model")
+        check_int(self, "img_size", MIN_IMG_SIZE, MAX_IMG_SIZE, optional=True,
+                  why=f"(one 16-px patch up to {(MAX_IMG_SIZE // 16) ** 2} patches; none = the model's native size)")
 
 
 def pil_image():
@@ -147,10 +155,13 @@ class DomainImagesConfig(VisionConfig):
                                                        "(seeded subsample, for small machines); None = all")
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError("test_fraction must be in (0, 1)")
-        if self.n_classes is not None and self.n_classes < 2:
-            raise ValueError("n_classes must be >= 2")
+        super().__post_init__()
+        check(self, "domains", self.domains is None or (len(self.domains) > 0 and all(d.strip() for d in self.domains)),
+              "must name at least one domain folder (or none = every domain found)")
+        check_int(self, "n_classes", 2, MAX_CLASSES, optional=True)
+        check_fraction(self, "test_fraction")
+        check_int(self, "split_seed", 0)
+        check_int(self, "max_train_per_domain", 1, optional=True)
 
 
 @dataclass

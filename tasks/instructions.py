@@ -52,10 +52,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import EvalResult, ModelBundle, Task, TaskConfig, TaskData, eval_indices
+from fedbench.tasks.base import EvalResult, ModelBundle, Task, TaskConfig, TaskData, check_fraction, check_int
+from fedbench.tasks.base import eval_indices
 from fedbench.tasks.base import iterate_batches, to_device
 from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
@@ -81,13 +82,20 @@ from fedbench.tasks.rouge import rouge_l
 
 log = logging.getLogger(__name__)
 
+#: sizes an instruction task holds: tokens per training sequence (a 32k-context LM), tokens
+#: generated per prompt, the word vocabulary built for tiny-llama (its 6 special tokens and
+#: some words, up to an embedding table of 1M rows)
+MAX_SEQ_LEN, MAX_NEW_TOKENS = 32_768, 8_192
+MIN_VOCAB, MAX_VOCAB = 16, 1_000_000
+DOLLY_HF_ID = "databricks/databricks-dolly-15k"
+NI_HF_ID = "Muennighoff/natural-instructions"
 DOLLY_CATEGORIES = ("brainstorming", "classification", "closed_qa", "creative_writing", "general_qa",
                     "information_extraction", "open_qa", "summarization")
 
 
 @dataclass(frozen=True)
 class InstructionConfig(TaskConfig):
-    hf_id: str = cfg_field("", "HF dataset id used when no --data-dir is given")
+    hf_id: str = cfg_field(DOLLY_HF_ID, "HF dataset id used when no --data-dir is given")
     eval_batch_size: int = cfg_field(16, "prompts generated at once at evaluation")
     eval_max_examples: int | None = cfg_field(200, "Rouge-L on at most this many held-out examples (a fixed "
                                                    "seeded subset; None = all)")
@@ -107,10 +115,15 @@ class InstructionConfig(TaskConfig):
     bf16: bool = cfg_field(False, "bfloat16 autocast in forward/backward/generation (applied only on CUDA tensors)")
 
     def __post_init__(self) -> None:
-        if self.seq_len < 8 or self.max_new_tokens < 1:
-            raise ValueError("seq_len must be >= 8 and max_new_tokens >= 1")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError("test_fraction must be in (0, 1)")
+        super().__post_init__()
+        check(self, "hf_id", self.hf_id.strip() != "", "must name an HF dataset")
+        check_int(self, "seq_len", 8, MAX_SEQ_LEN, why="(the model's own position limit is checked when it loads)")
+        check_int(self, "max_new_tokens", 1, MAX_NEW_TOKENS)
+        check_fraction(self, "test_fraction")
+        check_int(self, "split_seed", 0)
+        check_int(self, "max_train_examples", 1, optional=True)
+        check_int(self, "max_per_category", 1, optional=True)
+        check_int(self, "tiny_vocab", MIN_VOCAB, MAX_VOCAB)
 
 
 class InstructionTask(Task):
@@ -327,10 +340,6 @@ class InstructionTask(Task):
         preds, refs = self.predictions(model, dataset, device)
         exact = float(np.mean([p == r for p, r in zip(preds, refs)]))
         return EvalResult("rouge_l", rouge_l(preds, refs), None, {"exact_match": exact, "n_eval": float(len(refs))})
-
-
-DOLLY_HF_ID = "databricks/databricks-dolly-15k"
-NI_HF_ID = "Muennighoff/natural-instructions"
 
 
 @dataclass(frozen=True)

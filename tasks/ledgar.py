@@ -39,10 +39,10 @@ from typing import Literal
 import numpy as np
 import torch
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData, check_int
 from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
     ENCODER_FAMILIES,
@@ -66,6 +66,10 @@ from fedbench.tasks.partition import check_disjoint
 log = logging.getLogger(__name__)
 
 HF_ID, HF_CONFIG = "coastalcph/lex_glue", "ledgar"
+#: sizes the task holds: tokens per text (the longest-context encoders, e.g. ModernBERT),
+#: the word vocabulary built for tiny-bert (its 6 special tokens and some words, up to 1M)
+MAX_SEQ_LEN = 8_192
+MIN_VOCAB, MAX_VOCAB = 16, 1_000_000
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,13 @@ class LedgarConfig(TaskConfig):
     bf16: bool = cfg_field(False, "bfloat16 autocast in forward/backward (applied only on CUDA tensors)")
 
     def __post_init__(self) -> None:
-        if self.seq_len < 8:
-            raise ValueError("seq_len must be >= 8")
+        super().__post_init__()
+        check(self, "hf_id", self.hf_id.strip() != "", "must name an HF dataset")
+        check(self, "hf_config", self.hf_config.strip() != "", "must name a config of that dataset")
+        check_int(self, "seq_len", 8, MAX_SEQ_LEN, why="(the model's own position limit is checked when it loads)")
+        check(self, "classifier_dropout", 0.0 <= self.classifier_dropout < 1.0, "must be a probability in [0, 1)")
+        check_int(self, "max_train_examples", 1, optional=True)
+        check_int(self, "tiny_vocab", MIN_VOCAB, MAX_VOCAB)
 
 
 LAYOUT = "train.jsonl and test.jsonl rows {\"text\", \"label\"} (+ label_names.json)"

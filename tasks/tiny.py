@@ -25,7 +25,7 @@ import torch
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, Task, TaskConfig, TaskData
+from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, Task, TaskConfig, TaskData, check_int
 from fedbench.tasks.models import fixed_init
 
 
@@ -35,22 +35,30 @@ def check_arch(task: Task, arch: str | None) -> None:
 
 
 
+#: limits of a tiny task (they are meant to run in seconds on a CPU): its made-up data
+#: (train + test, as the task holds them) and its model
+TINY_DATA_BYTES = 2 * 2**30
+MAX_DEPTH, MAX_WIDTH, MAX_CLASSES = 48, 1024, 1000
+MAX_SEQUENCES, MAX_SEQ_LEN, MAX_VOCAB = 1_000_000, 512, 100_000  # tiny_text
+
+
 def check_tiny(cfg: TaskConfig, task: str, model_names: tuple[str, ...], model_hint: str) -> None:
-    """What every tiny task config refuses: a data directory, a model that is not its own."""
-    base_check = getattr(super(type(cfg), cfg), "__post_init__", None)
-    if base_check is not None:
-        base_check()
+    """What every tiny task config refuses: a data directory, a model that is not its own,
+    a negative data seed, a depth outside ``1..MAX_DEPTH``. Called after the base checks."""
     if cfg.data_dir is not None:
         raise UserError(f"{task} takes no --data-dir (its data are generated); got {cfg.data_dir!r}")
     if model_names:
         check(cfg, "model", cfg.model in model_names, f"{task} builds its own model; choose from {', '.join(model_names)}")
     elif cfg.model is not None:
         raise UserError(f"{task} takes no --model (its model is {model_hint}); got {cfg.model!r}")
-    for name in ("n_train", "n_test", "n_train_per_domain", "n_test_per_domain", "depth"):
-        if hasattr(cfg, name):
-            check(cfg, name, getattr(cfg, name) >= 1, "must be an integer >= 1")
-    check(cfg, "data_seed", cfg.data_seed >= 0, "must be an integer >= 0")
+    check_int(cfg, "depth", 1, MAX_DEPTH, why="(a tiny model)")
+    check_int(cfg, "data_seed", 0)
 
+
+def check_data_bytes(cfg: TaskConfig, name: str, n_bytes: int, what: str) -> None:
+    """Refuse (naming field ``name``) made-up data larger than :data:`TINY_DATA_BYTES`."""
+    check(cfg, name, n_bytes <= TINY_DATA_BYTES,
+          f"{what} would take {n_bytes / 2**30:.1f} GiB; a tiny task's data are limited to {TINY_DATA_BYTES // 2**30} GiB")
 
 
 @dataclass(frozen=True)
@@ -66,14 +74,21 @@ class TinyTextConfig(TaskConfig):
     data_seed: int = cfg_field(0, "seed of the made-up data")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_tiny(self, "tiny_text", (), "a built-in tiny BERT; see task.depth and task.width")
-        check(self, "n_classes", self.n_classes >= 2, "must be an integer >= 2")
-        check(self, "seq_len", self.seq_len >= 2, "must be an integer >= 2 ([CLS] and at least one token)")
+        check_int(self, "n_classes", 2, MAX_CLASSES)
+        check_int(self, "n_train", 1, MAX_SEQUENCES, why="(sequences are made one by one)")
+        check_int(self, "n_test", 1, MAX_SEQUENCES, why="(sequences are made one by one)")
+        check_int(self, "seq_len", 2, MAX_SEQ_LEN, why="([CLS] and at least one token; a tiny model)")
         check(self, "keywords", 1 <= self.keywords < self.seq_len,
               f"must be an integer in 1..{self.seq_len - 1} (seq_len - 1)")
-        check(self, "vocab_size", self.vocab_size > 2 + 4 * self.n_classes,
-              f"must be > {2 + 4 * self.n_classes} (2 special tokens + 4 keywords per class, and filler)")
-        check(self, "width", self.width >= 3 and self.width % 3 == 0, "must be a positive multiple of 3 (3 heads)")
+        check(self, "vocab_size", 2 + 4 * self.n_classes < self.vocab_size <= MAX_VOCAB,
+              f"must be an integer in {3 + 4 * self.n_classes}..{MAX_VOCAB} (2 special tokens + 4 keywords per class, "
+              f"and filler; a tiny model)")
+        check(self, "width", 3 <= self.width <= MAX_WIDTH and self.width % 3 == 0,
+              f"must be a multiple of 3 (3 heads) in 3..{MAX_WIDTH}")
+        check_data_bytes(self, "n_train", (self.n_train + self.n_test) * self.seq_len * 8,
+                         f"(n_train + n_test) x seq_len={self.seq_len} int64 tokens")
 
 
 def make_tiny_text(cfg: TinyTextConfig, n: int, split_seed: int) -> tuple[np.ndarray, np.ndarray]:

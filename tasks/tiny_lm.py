@@ -11,11 +11,17 @@ from torch import nn
 
 from fedbench.config import cfg_field, check
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, EvalResult, ModelBundle, Task, TaskConfig, TaskData, eval_indices
-from fedbench.tasks.base import iterate_batches, to_device
+from fedbench.tasks.base import ArrayDataset, EvalResult, ModelBundle, Task, TaskConfig, TaskData, check_int
+from fedbench.tasks.base import eval_indices, iterate_batches, to_device
 from fedbench.tasks.models import fixed_init
 from fedbench.tasks.rouge import rouge_l
-from fedbench.tasks.tiny import check_arch, check_tiny
+from fedbench.tasks.tiny import MAX_CLASSES, MAX_WIDTH, check_arch, check_data_bytes, check_tiny
+
+
+PAD, BOS, SEP, EOS = 0, 1, 2, 3
+PROMPT_LEN, RESPONSE_LEN = 5, 4
+SEQ_LEN = PROMPT_LEN + RESPONSE_LEN
+MAX_WORDS = 100_000
 
 
 @dataclass(frozen=True)
@@ -29,15 +35,16 @@ class TinyLMConfig(TaskConfig):
     data_seed: int = cfg_field(0, "seed of the made-up data")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_tiny(self, "tiny_lm", (), "a built-in tiny Llama; see task.depth and task.width")
-        check(self, "n_categories", self.n_categories >= 1, "must be an integer >= 1")
-        check(self, "n_words", self.n_words >= 1, "must be an integer >= 1")
-        check(self, "width", self.width >= 8 and self.width % 8 == 0,
-              "must be a positive multiple of 8 (4 heads of even size)")
-
-
-PAD, BOS, SEP, EOS = 0, 1, 2, 3
-PROMPT_LEN, RESPONSE_LEN = 5, 4
+        check_int(self, "n_categories", 1, MAX_CLASSES)
+        check_int(self, "n_words", 1, MAX_WORDS, why="(the vocabulary of a tiny model)")
+        check_int(self, "n_train", 1)
+        check_int(self, "n_test", 1)
+        check(self, "width", 8 <= self.width <= MAX_WIDTH and self.width % 8 == 0,
+              f"must be a multiple of 8 (4 heads of even size) in 8..{MAX_WIDTH}")
+        check_data_bytes(self, "n_train", (self.n_train + self.n_test) * SEQ_LEN * 8,
+                         f"(n_train + n_test) pairs of {SEQ_LEN} int64 tokens")
 
 
 def make_tiny_pairs(cfg: TinyLMConfig, n: int, split_seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -11,11 +11,12 @@ import torch
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData, check_int
 from fedbench.tasks.models import fixed_init
-from fedbench.tasks.tiny import check_arch, check_tiny
+from fedbench.tasks.tiny import MAX_CLASSES, MAX_WIDTH, check_arch, check_data_bytes, check_tiny
 
 DOMAINS = ("plain", "swapped", "inverted", "gray", "faded", "noisy")
+MAX_IMG_SIZE = 256  # a tiny model's input side
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,23 @@ class TinyVisionConfig(TaskConfig):
     data_seed: int = cfg_field(0, "seed of the made-up data (fixed across runs)")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_tiny(self, "tiny_vision", ("vit", "mixer", "cnn"), "")
-        check(self, "n_classes", self.n_classes >= 2, "must be an integer >= 2")
-        check(self, "img_size", self.img_size >= 8 and self.img_size % 8 == 0,
-              "must be a positive multiple of 8 (8x8 patches)")
-        check(self, "width", self.width >= 1 and (self.model != "vit" or self.width % 3 == 0),
-              "must be a positive multiple of 3 (the ViT has 3 heads)" if self.model == "vit" else "must be >= 1")
+        check_int(self, "n_classes", 2, MAX_CLASSES)
+        check_int(self, "n_train_per_domain", 1)
+        check_int(self, "n_test_per_domain", 1)
+        check(self, "img_size", 8 <= self.img_size <= MAX_IMG_SIZE and self.img_size % 8 == 0,
+              f"must be a multiple of 8 (8x8 patches) in 8..{MAX_IMG_SIZE}")
+        check(self, "width", 1 <= self.width <= MAX_WIDTH and (self.model != "vit" or self.width % 3 == 0),
+              f"must be a multiple of 3 (the ViT has 3 heads) in 3..{MAX_WIDTH}" if self.model == "vit"
+              else f"must be an integer in 1..{MAX_WIDTH}")
         check(self, "noise", self.noise >= 0, "must be a number >= 0")
         check(self, "img_size", self.model != "cnn" or self.img_size >= 16,
               "must be >= 16 with model=cnn (two 5x5 convs and two 2x2 pools)")
+        n_images = len(DOMAINS) * (self.n_train_per_domain + self.n_test_per_domain)
+        check_data_bytes(self, "n_train_per_domain", n_images * 3 * self.img_size ** 2 * 4,
+                         f"{len(DOMAINS)} domains x (n_train_per_domain + n_test_per_domain) float32 images of "
+                         f"{self.img_size}x{self.img_size}")
 
 
 def make_tiny_images(cfg: TinyVisionConfig, n_per_domain: int, split_seed: int) -> tuple[np.ndarray, ...]:
