@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbench.config import cfg_field, check
+from fedbench.config import FieldError, cfg_field, check
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,14 @@ def check_int(cfg: Any, name: str, lo: int, hi: int | None = None, optional: boo
     allowed += (" (or none)" if optional else "") + (f" {why}" if why else "")
     check(cfg, name, (optional and value is None) or (value is not None and lo <= value and (hi is None or value <= hi)),
           allowed)
+
+
+def check_model_limit(field: str, value: int, limit: int, what: str) -> None:
+    """Once a model (or its tokenizer) is loaded: ``task.<field>`` = ``value`` must be at most
+    the ``limit`` that ``what`` holds (e.g. its position embeddings); else a one-line
+    :class:`~fedbench.config.FieldError` naming the field."""
+    if value > limit:
+        raise FieldError(f"task.{field}", value, f"{what} holds at most {limit} tokens")
 
 
 def check_fraction(cfg: Any, name: str) -> None:

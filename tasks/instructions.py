@@ -56,7 +56,7 @@ from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import EvalResult, ModelBundle, Task, TaskConfig, TaskData, check_fraction, check_int
-from fedbench.tasks.base import eval_indices
+from fedbench.tasks.base import check_model_limit, eval_indices
 from fedbench.tasks.base import iterate_batches, to_device
 from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
@@ -82,9 +82,9 @@ from fedbench.tasks.rouge import rouge_l
 
 log = logging.getLogger(__name__)
 
-#: sizes an instruction task holds: tokens per training sequence (a 32k-context LM), tokens
-#: generated per prompt, the word vocabulary built for tiny-llama (its 6 special tokens and
-#: some words, up to an embedding table of 1M rows)
+#: sizes an instruction task holds: tokens per training sequence and tokens generated per
+#: prompt (memory caps; the model's own position limit is checked when it loads), the word
+#: vocabulary built for tiny-llama (its 6 special tokens and some words, up to 1M rows)
 MAX_SEQ_LEN, MAX_NEW_TOKENS = 32_768, 8_192
 MIN_VOCAB, MAX_VOCAB = 16, 1_000_000
 DOLLY_HF_ID = "databricks/databricks-dolly-15k"
@@ -262,6 +262,8 @@ class InstructionTask(Task):
         train, test = self.read_examples()
         names, ytr = self.category_ids(train, test)
         tok = self.make_tokenizer(train)
+        check_model_limit("seq_len", self.config.seq_len, tok.model_max_length,
+                          f"the tokenizer of --model {self.config.model}")
         log.info("%s: %d train / %d test examples, %d categories", self.dataset_name, len(train), len(test), len(names))
         return TaskData(train=self.encode(tok, train, False), test=self.encode(tok, test, True), train_labels=ytr,
                         n_classes=len(names),
@@ -280,6 +282,11 @@ class InstructionTask(Task):
             from transformers import AutoModelForCausalLM
 
             model = load_hf_model(AutoModelForCausalLM, resolve_hf(c.model, "causal_lm"), dtype=torch.float32)
+        positions = model.config.max_position_embeddings  # a prompt of <= seq_len tokens, then the generation
+        check_model_limit("seq_len", c.seq_len, positions - 1, f"--model {c.model} ({positions} positions, one left "
+                                                                f"to generate)")
+        check_model_limit("max_new_tokens", c.max_new_tokens, positions - c.seq_len,
+                          f"--model {c.model} after seq_len={c.seq_len} ({positions} positions)")
         blocks, targets = family_layout(model.config.model_type, LM_FAMILIES, "causal LM")
         check_targets(model, blocks, targets)
         if on_cuda_only(c.gradient_checkpointing, "gradient_checkpointing"):

@@ -43,6 +43,7 @@ from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData, check_int
+from fedbench.tasks.base import check_model_limit
 from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
     ENCODER_FAMILIES,
@@ -66,8 +67,10 @@ from fedbench.tasks.partition import check_disjoint
 log = logging.getLogger(__name__)
 
 HF_ID, HF_CONFIG = "coastalcph/lex_glue", "ledgar"
-#: sizes the task holds: tokens per text (the longest-context encoders, e.g. ModernBERT),
-#: the word vocabulary built for tiny-bert (its 6 special tokens and some words, up to 1M)
+#: sizes the task holds: tokens per text (a memory cap: (N, seq_len) token tensors, seq_len^2
+#: attention; the model's own limit, 512 for the BERT-family encoders, is checked when its
+#: tokenizer and weights load), the word vocabulary built for tiny-bert (its 6 special
+#: tokens and some words, up to 1M)
 MAX_SEQ_LEN = 8_192
 MIN_VOCAB, MAX_VOCAB = 16, 1_000_000
 
@@ -204,6 +207,7 @@ class Ledgar(ClassificationTask):
         except ValueError as e:
             log.warning("ledgar: the given splits share identical texts: %s", e)
         tok = make_tokenizer(c, [r["text"] for r in train])
+        check_model_limit("seq_len", c.seq_len, tok.model_max_length, f"the tokenizer of --model {c.model}")
         log.info("ledgar: %d train / %d test texts, %d labels, seq_len %d", len(train), len(test), n_classes,
                  c.seq_len)
         return TaskData(
@@ -226,6 +230,7 @@ class Ledgar(ClassificationTask):
 
             src = resolve_hf(c.model, "encoder")
             encoder, src_path = load_hf_model(AutoModel, src), src.path
+        check_model_limit("seq_len", c.seq_len, encoder.config.max_position_embeddings, f"--model {c.model}")
         pooling = encoder_pooling(src_path) if c.pooling == "auto" else c.pooling
         blocks, targets = family_layout(encoder.config.model_type, ENCODER_FAMILIES, "encoder")
         model = EncoderClassifier(encoder, data.n_classes, pooling, c.classifier_dropout)

@@ -222,3 +222,37 @@ def test_licenses_minilm_beats_majority_class(tmp_path):
     majority = np.bincount(runner.data.train_labels).argmax()
     baseline = classification_result("macro_f1", np.full_like(y, majority), y, None, None).value
     assert rec["results"]["final"] > 2 * baseline  # majority-class macro-F1 is about 0.0075 here
+
+
+# --------------------------------------------------------------- the model's size limits
+def write_small_bert(folder: Path, positions: int) -> Path:
+    """A local HF encoder folder (2 BERT layers, ``positions`` position embeddings) and its
+    word-level tokenizer, which states no length limit of its own."""
+    from transformers import BertConfig, BertModel
+
+    from fedbench.tasks.models import word_tokenizer
+
+    tok = word_tokenizer(WORDS.values(), 64, lm=False)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=positions)
+    tok.save_pretrained(folder)
+    BertModel(cfg, add_pooling_layer=False).save_pretrained(folder)
+    return folder
+
+
+def test_seq_len_beyond_the_models_positions_is_refused_before_training(tmp_path):
+    root, model = write_ledgar(tmp_path / "l"), str(write_small_bert(tmp_path / "bert", 64))
+    task = Ledgar(LedgarConfig(data_dir=str(root), model=model, seq_len=100))
+    with pytest.raises(UserError) as e:
+        task.build_model(task.load())
+    assert str(e.value) == f"bad value 100 for task.seq_len: --model {model} holds at most 64 tokens"
+    fits = Ledgar(LedgarConfig(data_dir=str(root), model=model, seq_len=64))
+    assert fits.build_model(fits.load()).n_layers == 2
+
+
+@needs_minilm
+def test_seq_len_beyond_what_the_tokenizer_reads_is_refused_at_load(tmp_path):
+    task = Ledgar(LedgarConfig(data_dir=str(write_ledgar(tmp_path / "l")), model="minilm-l6", seq_len=1024))
+    with pytest.raises(UserError, match=r"^bad value 1024 for task\.seq_len: the tokenizer of --model minilm-l6 "
+                                        r"holds at most 512 tokens$"):
+        task.load()
