@@ -36,8 +36,9 @@ def json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-def read_utf8(path: Path) -> str:
-    """A file's text; a non-UTF-8 byte or an empty file is a :class:`UserError` naming it."""
+def read_utf8(path: Path, allow_empty: bool = False) -> str:
+    """A file's text; a non-UTF-8 byte or (unless ``allow_empty``) a file with no text is a
+    :class:`UserError` naming it."""
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -48,7 +49,7 @@ def read_utf8(path: Path) -> str:
         line = data.count(b"\n", 0, e.start) + 1
         raise UserError(f"{path} line {line}: not UTF-8 text (byte offset {e.start}: "
                         f"{data[e.start:e.start + 1]!r})") from None
-    if not text.strip():
+    if not text.strip() and not allow_empty:
         raise UserError(f"{path} is empty")
     return text
 
