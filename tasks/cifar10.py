@@ -27,7 +27,7 @@ from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
 from fedbench.tasks.cifar_pickles import batch_arrays, label_names
 from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig, image_task_data
-from fedbench.tasks.image_sources import read_image_source
+from fedbench.tasks.image_sources import ImageColumns, read_image_source
 
 log = logging.getLogger(__name__)
 
@@ -81,5 +81,5 @@ class Cifar10(CNNTask):
 
     def load(self) -> TaskData:
         splits, names = read_image_source("cifar10", self.config.data_dir, self.config.hf_id, read_batches_folder,
-                                          "img", "label", "RGB", _missing)
+                                          ImageColumns("img", "label", "RGB", 32, N_CLASSES), _missing)
         return image_task_data("cifar10", splits, names, MEAN, STD, in_channels=3)

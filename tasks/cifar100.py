@@ -39,7 +39,7 @@ from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
 from fedbench.tasks.cifar_pickles import batch_arrays, label_names
 from fedbench.tasks.image_domains import VisionConfig, VisionTask
-from fedbench.tasks.image_sources import read_image_source
+from fedbench.tasks.image_sources import ImageColumns, read_image_source
 from fedbench.tasks.partition import check_disjoint
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,8 @@ def _read_folder(root: Path) -> tuple[dict, list[str]] | None:
 def read_source(data_dir: str | None, hf_id: str) -> tuple[dict, list[str]]:
     """Splits and class names: the original pickles, a save_to_disk folder or the hub
     (:func:`~fedbench.tasks.image_sources.read_image_source`)."""
-    return read_image_source("cifar100", data_dir, hf_id, _read_folder, "img", "fine_label", "RGB", _missing)
+    return read_image_source("cifar100", data_dir, hf_id, _read_folder,
+                             ImageColumns("img", "fine_label", "RGB", 32, N_CLASSES), _missing)
 
 
 def _digests(x: np.ndarray) -> list[str]:

@@ -73,6 +73,7 @@ HF_ID, HF_CONFIG = "coastalcph/lex_glue", "ledgar"
 #: tokens and some words, up to 1M)
 MAX_SEQ_LEN = 8_192
 MIN_VOCAB, MAX_VOCAB = 16, 1_000_000
+MAX_CLASSES = 100_000  # labels at or above this are data errors when no class list names the classes
 
 
 @dataclass(frozen=True)
@@ -113,37 +114,53 @@ def _missing(why: str, data_dir: str | None) -> UserError:
                      f"with {LAYOUT}")
 
 
-def row_problem(row: dict) -> str | None:
-    """What is wrong with a ledgar record, or None."""
-    return field_problem(row, "text", (str,), "a string") or field_problem(row, "label", (int,), "an integer")
+def row_checker(names: list[str], names_from: str):
+    """What is wrong with a ledgar record, or None: ``text`` a string, ``label`` an integer
+    class id of ``names`` (the class list read from ``names_from``), or below
+    :data:`MAX_CLASSES` when there is no class list."""
+    bound = len(names) or MAX_CLASSES
+    classes = f"the {bound} names of {names_from}" if names else f"below {MAX_CLASSES} without a class list"
+
+    def problem(row: dict) -> str | None:
+        found = field_problem(row, "text", (str,), "a string") or field_problem(row, "label", (int,), "an integer")
+        if found is None and not 0 <= row["label"] < bound:
+            found = f"label {str(row['label'])[:40]} is not a class id in 0..{bound - 1} ({classes})"
+        return found
+
+    return problem
 
 
-def label_names_file(root: Path) -> list[str]:
-    """Class names from ``label_names.json`` (a JSON list of strings) or ``labels.txt``."""
+def label_names_file(root: Path) -> tuple[list[str], str]:
+    """Class names from ``label_names.json`` (a JSON list of strings) or ``labels.txt``, and
+    the file they came from ([] and "" without either)."""
     path = root / "label_names.json"
     if path.exists():
         names = read_json(path)
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise UserError(f"{path}: expected a JSON list of strings, got {json_type(names)}")
-        return names
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            got = "an empty list" if names == [] else json_type(names)
+            raise UserError(f"{path}: expected a JSON list of strings, got {got}")
+        return names, str(path)
     if (root / "labels.txt").exists():
-        return [n.strip() for n in read_utf8(root / "labels.txt").splitlines() if n.strip()]
-    return []
+        return [n.strip() for n in read_utf8(root / "labels.txt").splitlines() if n.strip()], str(root / "labels.txt")
+    return [], ""
 
 
 def read_ledgar(cfg: LedgarConfig) -> tuple[list[dict], list[dict], list[str]]:
-    """(train rows, test rows, label names); every row checked, bad input named by file and line."""
+    """(train rows, test rows, label names); every row checked, labels against the class
+    list, bad input named by file and line."""
     if cfg.data_dir:
         root = Path(cfg.data_dir).expanduser()
         if not root.is_dir():
             raise _missing(f"--data-dir {root} is not a folder", cfg.data_dir)
-        splits, names = read_local_splits(root, row_problem), label_names_file(root)
+        names, names_from = label_names_file(root)
+        splits = read_local_splits(root, row_checker(names, names_from))
     else:
         got = hub_splits(cfg.hf_id, cfg.hf_config)
         if got is None:
             raise _missing("no --data-dir given and the HF hub cannot be reached", None)
-        splits = {k: check_rows(enumerate(rows, 1), row_problem, f"{cfg.hf_id} {k}") for k, rows in got[0].items()}
         names = got[1]
+        check = row_checker(names, f"{cfg.hf_id}'s label column")
+        splits = {k: check_rows(enumerate(rows, 1), check, f"{cfg.hf_id} {k}") for k, rows in got[0].items()}
     if "train" not in splits or "test" not in splits:
         raise _missing(f"expected train and test splits, found {sorted(splits) or 'none'}", cfg.data_dir)
     empty = next((k for k in ("train", "test") if not splits[k]), None)

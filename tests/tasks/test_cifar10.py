@@ -3,6 +3,8 @@
 
 import pickle
 import re
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -186,3 +188,68 @@ def test_a_bad_meta_file_or_truncated_batch_is_one_line(tmp_path):
     (folder / "batches.meta").unlink()
     (folder / "data_batch_5").write_bytes((folder / "data_batch_5").read_bytes()[:200])
     assert "data_batch_5 is not a CIFAR python batch" in one_line_error(root)
+
+
+# ------------------------------------------------------------ a save_to_disk folder's rows
+def write_hf(root: Path, train_images, train_labels, label_feature=None) -> Path:
+    """A save_to_disk DatasetDict whose train split holds the given images (PIL images or
+    stored ``{"bytes", "path"}`` cells) and labels; the test split is valid."""
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    feats = datasets.Features({"img": datasets.Image(), "label": label_feature or datasets.ClassLabel(names=NAMES)})
+    x, y = images(4, 1)
+    splits = {"train": datasets.Dataset.from_dict({"img": train_images, "label": train_labels}, features=feats),
+              "test": datasets.Dataset.from_dict({"img": [Image.fromarray(a) for a in x], "label": y.tolist()},
+                                                 features=feats)}
+    datasets.DatasetDict(splits).save_to_disk(str(root))
+    return root
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` RGB pixels (and holds almost no data)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def hf_case(case: str):
+    from PIL import Image
+
+    datasets = pytest.importorskip("datasets")
+    good = [Image.fromarray(a) for a in images(3, 0)[0]]
+    bomb = {"bytes": png_header(20_000, 20_000), "path": None}  # beyond twice PIL's limit: PIL refuses to open it
+    big = {"bytes": png_header(10_000, 10_000), "path": None}  # PIL would only warn; the size check refuses it
+    return {  # case -> (train images, train labels, label feature or None, message)
+        "label beyond the names": (good, [0, 1, 10], datasets.Value("int64"),
+                                   r"train row 3: label 10 is not a class id in 0\.\.9 \(cifar10's 10 classes\)"),
+        "no label (-1)": (good, [0, -1, 2], None,
+                          r"train row 2: label -1 is not a class id in 0\.\.9 \(the 10 names of column 'label'\)"),
+        "1x1 images": ([Image.new("RGB", (1, 1))] * 3, [0, 1, 2], None,
+                       r"train row 1: unreadable image \(a 1x1 image; this dataset's are 32x32\)"),
+        "decompression bomb": (good[:2] + [bomb], [0, 1, 2], None,
+                               r"train row 3: unreadable image \(Image size \(400000000 pixels\) exceeds limit"),
+        "huge header": ([big] + good[1:], [0, 1, 2], None,
+                        r"train row 1: unreadable image \(a 10000x10000 image; this dataset's are 32x32\)"),
+        "not an image": (good[:1] + [{"bytes": b"GIF89a nope", "path": None}] + good[2:], [0, 1, 2], None,
+                         r"train row 2: unreadable image \(cannot identify image file"),
+        # datasets cannot load a split saved with no rows (no shards); either way, one line
+        "empty split": ([], [], None, r"(the train split of .* has no rows|hf: not a readable save_to_disk DatasetDict)"),
+    }[case]
+
+
+@pytest.mark.parametrize("case", ["label beyond the names", "no label (-1)", "1x1 images", "decompression bomb",
+                                  "huge header", "not an image", "empty split"])
+def test_every_row_of_a_save_to_disk_folder_is_checked(tmp_path, case):
+    imgs, labels, feature, message = hf_case(case)
+    root = write_hf(tmp_path / "hf", imgs, labels, feature)
+    assert re.search(message, one_line_error(root))
+
+
+def test_a_broken_save_to_disk_folder_is_one_line(tmp_path):
+    root = tmp_path / "hf"
+    root.mkdir()
+    (root / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
+    assert one_line_error(root).startswith(f"{root}: not a readable save_to_disk DatasetDict (")

@@ -106,6 +106,23 @@ BAD_INPUT = {  # case -> (file name, content as bytes, what the message must say
                               r"label_names\.json line 2 column \d+: malformed JSON"),
     "label names not a list": ("label_names.json", b'{"0": "mit"}',
                                r"label_names\.json: expected a JSON list of strings, got object"),
+    "label names empty": ("label_names.json", b'[]', r"label_names\.json: expected a JSON list of strings, got an "
+                                                    r"empty list"),
+    "deeply nested row": ("train.jsonl", (GOOD + '{"text": "a", "label": 0, "x": ' + "[" * 100_000 + "]" * 100_000
+                                          + "}\n").encode(), r"train\.jsonl line 2: JSON nested too deeply to read"),
+    "huge integer": ("train.jsonl", (GOOD + '{"text": "a", "label": 1' + "0" * 5000 + "}\n").encode(),
+                     r"train\.jsonl line 2: unreadable JSON \(Exceeds the limit \(4300 digits\)"),
+    "deeply nested json list": ("train.json", ("[" * 100_000 + "]" * 100_000).encode(),
+                                r"train\.json: JSON nested too deeply to read"),
+    "label names deeply nested": ("label_names.json", ("[" * 50_000).encode(),
+                                  r"label_names\.json: JSON nested too deeply to read"),
+    "negative label": ("train.jsonl", (GOOD + '{"text": "a", "label": -1}\n').encode(),
+                       r"train\.jsonl line 2: label -1 is not a class id in 0\.\.99999 \(below 100000 without a class "
+                       r"list\)"),
+    "huge label": ("train.jsonl", (GOOD + '{"text": "a", "label": 100000000000000000000}\n').encode(),
+                   r"train\.jsonl line 2: label 100000000000000000000 is not a class id"),
+    "broken save_to_disk folder": ("dataset_dict.json", b'{"splits": ["train", "test"]}',
+                                   r": not a readable save_to_disk DatasetDict \("),
 }
 
 
@@ -120,6 +137,24 @@ def test_bad_input_names_file_and_line(tmp_path, case):
         Ledgar(LedgarConfig(data_dir=str(tmp_path), model="tiny-bert")).load()
     assert "\n" not in str(e.value) and str(tmp_path) in str(e.value)
     assert "coastalcph" not in str(e.value)
+
+
+@pytest.mark.parametrize("split,line", [("train", 7), ("test", 2)])
+def test_labels_are_checked_against_the_label_names(tmp_path, split, line):
+    root = write_ledgar(tmp_path / "l")
+    path = root / f"{split}.jsonl"
+    rows = path.read_text().splitlines()
+    rows[line - 1] = json.dumps({"text": "a clause", "label": len(LABELS)})
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(UserError) as e:
+        Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert")).load()
+    assert str(e.value) == (f"{path} line {line}: label 4 is not a class id in 0..3 (the 4 names of "
+                            f"{root / 'label_names.json'})")
+    (root / "label_names.json").unlink()
+    (root / "labels.txt").write_text("\n".join(LABELS[:3]) + "\n")  # three names: train line 4 has label 3
+    with pytest.raises(UserError, match=r"train\.jsonl line 4: label 3 is not a class id in 0\.\.2 \(the 3 names of "
+                                        r".*labels\.txt\)$"):
+        Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert")).load()
 
 
 def test_build_model_is_stateless_and_rejects_other_archs(tmp_path):
