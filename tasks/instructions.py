@@ -252,7 +252,7 @@ class InstructionTask(Task):
         blob = "\x1e".join(p + "\x1f" + r for p, r in zip(prompts, responses))
         parts = {"texts": hashlib.sha256(blob.encode("utf-8")).hexdigest(), "n": len(examples), "chat": chat,
                  "tokenizer": tokenizer_fingerprint(tok), "seq_len": self.config.seq_len, "prompts": with_prompts}
-        tensors = cached_tensors(self.dataset_name, parts,
+        tensors = cached_tensors(self.dataset_name, parts, len(examples),
                                  lambda: encode_pairs(tok, prompts, responses, chat, self.config.seq_len, with_prompts))
         return PromptDataset(tensors, responses, tok)
 

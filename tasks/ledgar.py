@@ -178,7 +178,7 @@ def encode_texts(tokenizer, texts: list[str], labels: np.ndarray, seq_len: int) 
     texts' content hash, the tokenizer's identity and ``seq_len`` (:mod:`fedbench.tasks.cache`)."""
     parts = {"texts": _digest("\x1e".join(texts)), "n": len(texts), "tokenizer": tokenizer_fingerprint(tokenizer),
              "seq_len": seq_len, "layout": "ids-int32/mask-int8/right-pad"}
-    enc = cached_tensors("ledgar", parts, lambda: tokenize(tokenizer, texts, seq_len))
+    enc = cached_tensors("ledgar", parts, len(texts), lambda: tokenize(tokenizer, texts, seq_len))
     return ArrayDataset({**enc, "y": torch.from_numpy(labels)})
 
 

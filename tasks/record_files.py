@@ -39,8 +39,11 @@ def json_type(value: Any) -> str:
 
 
 def read_utf8(path: Path, allow_empty: bool = False) -> str:
-    """A file's text; a non-UTF-8 byte or (unless ``allow_empty``) a file with no text is a
-    :class:`UserError` naming it."""
+    """A regular file's text; anything else (a device, a pipe: endless or blocking reads), a
+    non-UTF-8 byte or (unless ``allow_empty``) a file with no text is a :class:`UserError`
+    naming it."""
+    if not path.is_file():
+        raise UserError(f"cannot read {path}: not a regular file")
     try:
         data = path.read_bytes()
     except OSError as e:

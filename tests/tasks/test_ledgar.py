@@ -157,6 +157,19 @@ def test_labels_are_checked_against_the_label_names(tmp_path, split, line):
         Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert")).load()
 
 
+def test_a_data_file_that_is_not_a_regular_file_is_refused_unread(tmp_path):
+    """A device or a pipe could feed bytes forever or block: refused before any read."""
+    root = write_ledgar(tmp_path / "l")
+    (root / "label_names.json").unlink()
+    os.symlink("/dev/null", root / "labels.txt")
+    with pytest.raises(UserError, match=rf"^cannot read {root / 'labels.txt'}: not a regular file$"):
+        Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert")).load()
+    (root / "labels.txt").unlink()
+    os.mkfifo(root / "label_names.json")  # nobody writes: reading it would block forever
+    with pytest.raises(UserError, match=r"label_names\.json: not a regular file$"):
+        Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert")).load()
+
+
 def test_build_model_is_stateless_and_rejects_other_archs(tmp_path):
     task = Ledgar(LedgarConfig(data_dir=str(write_ledgar(tmp_path / "l")), model="tiny-bert", seq_len=24))
     data = task.load()
