@@ -35,8 +35,7 @@ class TaskConfig:
     eval_max_examples: int | None = cfg_field(None, "evaluate on at most this many test examples (None = all)")
 
     def __post_init__(self) -> None:
-        for name in ("data_dir", "model"):
-            value = getattr(self, name)
+        for name, value in (("data_dir", self.data_dir), ("model", self.model)):
             check(self, name, value is None or (value.strip() != "" and "\x00" not in value),
                   "must be a non-empty name or path without NUL characters (or none)")
         check_int(self, "eval_batch_size", 1)
@@ -50,8 +49,8 @@ def check_int(cfg: Any, name: str, lo: int, hi: int | None = None, optional: boo
     value = getattr(cfg, name)
     allowed = f"must be an integer >= {lo}" if hi is None else f"must be an integer in {lo}..{hi}"
     allowed += (" (or none)" if optional else "") + (f" {why}" if why else "")
-    check(cfg, name, (optional and value is None) or (value is not None and lo <= value and (hi is None or value <= hi)),
-          allowed)
+    in_range = value is not None and lo <= value and (hi is None or value <= hi)
+    check(cfg, name, in_range or (optional and value is None), allowed)
 
 
 def check_model_limit(field: str, value: int, limit: int, what: str) -> None:

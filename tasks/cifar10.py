@@ -70,7 +70,7 @@ def read_batches_folder(root: Path) -> tuple[dict, list[str]] | None:
                 parts = [batch_arrays(folder / n, b"labels", n_classes, "cifar10", classes) for n in files]
                 splits[split] = (np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts]))
                 if not len(splits[split][1]):
-                    raise _missing(f"the {split} batches in {folder} hold no images")
+                    raise UserError(f"cifar10: the {split} batches in {folder} hold no images")
             return splits, names
     return None
 

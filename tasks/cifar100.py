@@ -105,7 +105,7 @@ def read_python_folder(folder: Path) -> tuple[dict, list[str]]:
     for split in ("train", "test"):
         out[split] = batch_arrays(folder / split, b"fine_labels", n_classes, "cifar100", classes)
         if not len(out[split][1]):
-            raise _missing(f"{folder / split} holds no images")
+            raise UserError(f"cifar100: {folder / split} holds no images")
     return out, names
 
 

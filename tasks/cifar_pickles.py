@@ -6,8 +6,9 @@ included), so a file under ``--data-dir`` could run code. The python version of 
 https://www.cs.toronto.edu/~kriz/cifar.html) holds only dicts, lists, bytes / str, ints
 and numpy uint8 arrays, so :func:`load_batch` admits exactly the globals that rebuild a
 numpy array (plus ``_codecs.encode`` with latin-1, which protocol-2 pickles written by
-Python 3 use for bytes, and numpy's ``_frombuffer`` of protocol 5) and then checks that the result holds nothing else. Every
-problem is a one-line :class:`~fedbench.errors.UserError` naming the file.
+Python 3 use for bytes, and numpy's ``_frombuffer`` of protocol 5) and then checks that
+the result holds nothing else. Every problem is a one-line
+:class:`~fedbench.errors.UserError` naming the file.
 
 A batch is ``{b"data": uint8 (N, 3072), <label key>: [N ints], ...}``, each row 1024 red,
 then 1024 green, then 1024 blue pixels of a 32x32 image in row-major order.
@@ -138,7 +139,8 @@ def check_labels(labels: Any, n_classes: int, source: str, task: str, classes: s
     return np.asarray(labels, dtype=np.int64)
 
 
-def batch_arrays(path: Path, label_key: bytes, n_classes: int, task: str, classes: str) -> tuple[np.ndarray, np.ndarray]:
+def batch_arrays(path: Path, label_key: bytes, n_classes: int, task: str,
+                 classes: str) -> tuple[np.ndarray, np.ndarray]:
     """Images uint8 (N, 3, 32, 32) and int64 labels (N,) of one batch file, checked (labels
     against the ``n_classes`` classes that ``classes`` names)."""
     batch = load_batch(path, task)

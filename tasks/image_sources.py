@@ -85,7 +85,7 @@ def hf_image_splits(dd, cols: ImageColumns, task: str, source: str, missing: Mis
         table = dd[s].with_format("arrow")
         cells, labels = table[cols.image].to_pylist(), table[cols.label].to_pylist()
         if not cells:
-            raise missing(f"the {s} split of {source} has no rows")
+            raise UserError(f"{task}: the {s} split of {source} has no rows")
         x = np.empty((len(cells), cols.side, cols.side, 1 if cols.mode == "L" else 3), dtype=np.uint8)
         for i, (cell, label) in enumerate(zip(cells, labels)):
             where = f"{task}: {source} {s} row {i + 1}"
@@ -95,8 +95,8 @@ def hf_image_splits(dd, cols: ImageColumns, task: str, source: str, missing: Mis
             try:
                 x[i] = decode_image(cell, cols)
             except Exception as e:  # noqa: BLE001 - PIL's decoders raise many kinds (OSError, SyntaxError, bombs, ...)
-                raise UserError(f"{where}: unreadable image ({(str(e).splitlines() or [''])[0] or type(e).__name__})") \
-                    from None
+                why = (str(e).splitlines() or [""])[0] or type(e).__name__
+                raise UserError(f"{where}: unreadable image ({why})") from None
         out[s] = (x.transpose(0, 3, 1, 2).copy(), np.asarray(labels, dtype=np.int64))  # (N, C, S, S)
     return out, names
 

@@ -34,7 +34,6 @@ def check_arch(task: Task, arch: str | None) -> None:
         raise UserError(f"{type(task).__name__}: unknown architecture {arch!r} (has: {', '.join(task.archs())})")
 
 
-
 #: limits of a tiny task (they are meant to run in seconds on a CPU): its made-up data
 #: (train + test, as the task holds them) and its model
 TINY_DATA_BYTES = 2 * 2**30
@@ -57,8 +56,8 @@ def check_tiny(cfg: TaskConfig, task: str, model_names: tuple[str, ...], model_h
 
 def check_data_bytes(cfg: TaskConfig, name: str, n_bytes: int, what: str) -> None:
     """Refuse (naming field ``name``) made-up data larger than :data:`TINY_DATA_BYTES`."""
-    check(cfg, name, n_bytes <= TINY_DATA_BYTES,
-          f"{what} would take {n_bytes / 2**30:.1f} GiB; a tiny task's data are limited to {TINY_DATA_BYTES // 2**30} GiB")
+    limit = f"a tiny task's data are limited to {TINY_DATA_BYTES // 2**30} GiB"
+    check(cfg, name, n_bytes <= TINY_DATA_BYTES, f"{what} would take {n_bytes / 2**30:.1f} GiB; {limit}")
 
 
 @dataclass(frozen=True)

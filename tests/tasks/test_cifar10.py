@@ -236,7 +236,8 @@ def hf_case(case: str):
         "not an image": (good[:1] + [{"bytes": b"GIF89a nope", "path": None}] + good[2:], [0, 1, 2], None,
                          r"train row 2: unreadable image \(cannot identify image file"),
         # datasets cannot load a split saved with no rows (no shards); either way, one line
-        "empty split": ([], [], None, r"(the train split of .* has no rows|hf: not a readable save_to_disk DatasetDict)"),
+        "empty split": ([], [], None,
+                        r"(the train split of .* has no rows|hf: not a readable save_to_disk DatasetDict)"),
     }[case]
 
 
