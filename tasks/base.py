@@ -43,11 +43,11 @@ class TaskConfig:
 
 
 def check_int(cfg: Any, name: str, lo: int, hi: int | None = None, optional: bool = False, why: str = "") -> None:
-    """In a config's ``__post_init__``: field ``name`` must be an integer in ``lo..hi`` (no
+    """In a config's ``__post_init__``: field ``name`` must be an integer ``lo <= v <= hi`` (no
     upper bound when ``hi`` is None; None allowed when ``optional``); ``why`` explains the
     bounds in the message, e.g. ``"(the model's positions)"``."""
     value = getattr(cfg, name)
-    allowed = f"must be an integer >= {lo}" if hi is None else f"must be an integer in {lo}..{hi}"
+    allowed = f"must be an integer >= {lo}" + ("" if hi is None else f" and <= {hi}")
     allowed += (" (or none)" if optional else "") + (f" {why}" if why else "")
     in_range = value is not None and lo <= value and (hi is None or value <= hi)
     check(cfg, name, in_range or (optional and value is None), allowed)

@@ -82,10 +82,10 @@ class TinyTextConfig(TaskConfig):
         check(self, "keywords", 1 <= self.keywords < self.seq_len,
               f"must be an integer in 1..{self.seq_len - 1} (seq_len - 1)")
         check(self, "vocab_size", 2 + 4 * self.n_classes < self.vocab_size <= MAX_VOCAB,
-              f"must be an integer in {3 + 4 * self.n_classes}..{MAX_VOCAB} (2 special tokens + 4 keywords per class, "
+              f"must be > {2 + 4 * self.n_classes} and <= {MAX_VOCAB} (2 special tokens + 4 keywords per class, "
               f"and filler; a tiny model)")
         check(self, "width", 3 <= self.width <= MAX_WIDTH and self.width % 3 == 0,
-              f"must be a multiple of 3 (3 heads) in 3..{MAX_WIDTH}")
+              f"must be a positive multiple of 3 (3 heads), at most {MAX_WIDTH}")
         check_data_bytes(self, "n_train", (self.n_train + self.n_test) * self.seq_len * 8,
                          f"(n_train + n_test) x seq_len={self.seq_len} int64 tokens")
 

@@ -42,7 +42,7 @@ class TinyLMConfig(TaskConfig):
         check_int(self, "n_train", 1)
         check_int(self, "n_test", 1)
         check(self, "width", 8 <= self.width <= MAX_WIDTH and self.width % 8 == 0,
-              f"must be a multiple of 8 (4 heads of even size) in 8..{MAX_WIDTH}")
+              f"must be a positive multiple of 8 (4 heads of even size), at most {MAX_WIDTH}")
         check_data_bytes(self, "n_train", (self.n_train + self.n_test) * SEQ_LEN * 8,
                          f"(n_train + n_test) pairs of {SEQ_LEN} int64 tokens")
 

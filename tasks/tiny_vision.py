@@ -39,10 +39,10 @@ class TinyVisionConfig(TaskConfig):
         check_int(self, "n_train_per_domain", 1)
         check_int(self, "n_test_per_domain", 1)
         check(self, "img_size", 8 <= self.img_size <= MAX_IMG_SIZE and self.img_size % 8 == 0,
-              f"must be a multiple of 8 (8x8 patches) in 8..{MAX_IMG_SIZE}")
+              f"must be a positive multiple of 8 (8x8 patches), at most {MAX_IMG_SIZE}")
         check(self, "width", 1 <= self.width <= MAX_WIDTH and (self.model != "vit" or self.width % 3 == 0),
-              f"must be a multiple of 3 (the ViT has 3 heads) in 3..{MAX_WIDTH}" if self.model == "vit"
-              else f"must be an integer in 1..{MAX_WIDTH}")
+              f"must be a positive multiple of 3 (the ViT has 3 heads), at most {MAX_WIDTH}" if self.model == "vit"
+              else f"must be an integer >= 1 and <= {MAX_WIDTH}")
         check(self, "noise", self.noise >= 0, "must be a number >= 0")
         check(self, "img_size", self.model != "cnn" or self.img_size >= 16,
               "must be >= 16 with model=cnn (two 5x5 convs and two 2x2 pools)")

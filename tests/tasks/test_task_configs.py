@@ -50,8 +50,8 @@ def test_a_bad_task_field_is_one_line_naming_it(task, field, value):
 
 def test_the_limits_say_what_they_bound():
     cases = {("tiny_vision", "n_train_per_domain", 10 ** 7): "GiB; a tiny task's data are limited to 2 GiB",
-             ("ledgar", "seq_len", 10 ** 9): "must be an integer in 8..8192 (the model's own position limit",
-             ("domainnet", "img_size", -5): "must be an integer in 16..1024 (or none)",
+             ("ledgar", "seq_len", 10 ** 9): "must be an integer >= 8 and <= 8192 (the model's own position limit",
+             ("domainnet", "img_size", -5): "must be an integer >= 16 and <= 1024 (or none)",
              ("dolly", "max_per_category", 0): "must be an integer >= 1 (or none)"}
     for (task, field, value), expected in cases.items():
         with pytest.raises(UserError, match=expected.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
