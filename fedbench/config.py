@@ -137,6 +137,17 @@ def check(cfg: Any, name: str, ok: bool, allowed: str) -> None:
         raise FieldError(name, getattr(cfg, name), allowed)
 
 
+def check_int(cfg: Any, name: str, lo: int, hi: int | None = None, optional: bool = False, why: str = "") -> None:
+    """In a config's ``__post_init__``: field ``name`` must be an integer ``lo <= v <= hi`` (no
+    upper bound when ``hi`` is None; None allowed when ``optional``); ``why`` explains the
+    bounds in the message, e.g. ``"(the model's positions)"``."""
+    value = getattr(cfg, name)
+    allowed = f"must be an integer >= {lo}" + ("" if hi is None else f" and <= {hi}")
+    allowed += (" (or none)" if optional else "") + (f" {why}" if why else "")
+    in_range = value is not None and lo <= value and (hi is None or value <= hi)
+    check(cfg, name, in_range or (optional and value is None), allowed)
+
+
 def _coerce(value: Any, tp: Any, name: str) -> Any:
     """Turn a YAML / command-line value into the field's declared type.
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from fedbench.config import AXIS, RECORD, RUNTIME, FieldSpec, cfg_field, check, field_specs
+from fedbench.config import AXIS, RECORD, RUNTIME, FieldSpec, cfg_field, check, check_int, field_specs
 from fedbench.errors import UserError
 
 
@@ -137,6 +137,17 @@ class TaskConfig:
     eval_batch_size: int = cfg_field(256, "batch size at evaluation (no backward: as large as memory allows)",
                                      role=RECORD)
     eval_max_examples: int | None = cfg_field(None, "evaluate on at most this many test examples (None = all)")
+
+    def __post_init__(self) -> None:
+        """Range checks (a :class:`~fedbench.config.FieldError` names the field); a task's
+        config with fields of its own checks them in its ``__post_init__`` after calling
+        this one, and states there the sizes the task can hold (memory, the model's
+        positions), so an oversized value is refused before anything is loaded."""
+        for name, value in (("data_dir", self.data_dir), ("model", self.model)):
+            check(self, name, value is None or (value.strip() != "" and "\x00" not in value),
+                  "must be a non-empty name or path without NUL characters (or none)")
+        check_int(self, "eval_batch_size", 1)
+        check_int(self, "eval_max_examples", 1, optional=True)
 
 
 def flag_fields() -> list[tuple[str, FieldSpec]]:

@@ -29,6 +29,7 @@ from fedbench.configs import RunConfig
 from fedbench.runners.config import validate_run
 from fedbench.runners.tiers import tier_ranks_for
 from fedbench.runners.train import TrainSettings
+from fedbench.tasks.setting import parse_setting
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ def build_spec(method: str, task: str, run: Mapping[str, Any] | RunConfig | None
     d, r = task_cls.run_defaults, run_cfg
     run_cfg = replace(
         run_cfg,
+        setting=parse_setting(r.setting).canonical,  # "IID", " iid" and "iid" are one split, one run id
         clients=r.clients if r.clients is not None else d.get("clients", 10),
         batch_size=r.batch_size or d.get("batch_size", 32),
         optimizer=r.optimizer or d.get("optimizer", "adamw"),

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedbench.config import FieldError, check
 from fedbench.configs import TaskConfig  # noqa: F401 - the base of every task config, re-exported
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,19 @@ class ModelParts:
         h = self.run(model, "feature_extractor", x)
         r = self.run(model, "representation", h)
         return h, r, self.run(model, "head", r)
+
+
+def check_model_limit(field: str, value: int, limit: int, what: str) -> None:
+    """Once a model (or its tokenizer) is loaded: ``task.<field>`` = ``value`` must be at most
+    the ``limit`` that ``what`` holds (e.g. its position embeddings); else a one-line
+    :class:`~fedbench.config.FieldError` naming the field."""
+    if value > limit:
+        raise FieldError(f"task.{field}", value, f"{what} holds at most {limit} tokens")
+
+
+def check_fraction(cfg: Any, name: str) -> None:
+    """In a config's ``__post_init__``: field ``name`` must be a number strictly between 0 and 1."""
+    check(cfg, name, 0.0 < getattr(cfg, name) < 1.0, "must be a number in (0, 1), both ends excluded")
 
 
 @dataclass

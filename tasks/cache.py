@@ -66,15 +66,17 @@ def cache_key(parts: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
 
 
-def _read(path: Path) -> dict[str, torch.Tensor] | None:
+def _read(path: Path, rows: int) -> dict[str, torch.Tensor] | None:
     try:
-        got = torch.load(path, map_location="cpu", weights_only=True)
+        got = torch.load(path, map_location="cpu", weights_only=True)  # tensors only: loading runs no code
     except FileNotFoundError:
         return None
     except Exception as e:  # noqa: BLE001 - a truncated or foreign file is a miss, not an error
         log.warning("encoding cache entry %s unreadable (%s): encoding again", path, e)
         return None
-    if not isinstance(got, dict) or not all(isinstance(v, torch.Tensor) for v in got.values()):
+    if not isinstance(got, dict) or not all(isinstance(v, torch.Tensor) and v.dim() >= 1 and len(v) == rows
+                                            for v in got.values()):
+        log.warning("encoding cache entry %s does not hold %d rows per tensor: encoding again", path, rows)
         return None
     return got
 
@@ -98,14 +100,15 @@ def _write(path: Path, tensors: dict[str, torch.Tensor]) -> None:
                 os.unlink(tmp)
 
 
-def cached_tensors(what: str, parts: dict[str, Any],
+def cached_tensors(what: str, parts: dict[str, Any], rows: int,
                    encode: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """``encode()``'s tensors, from the cache when an entry for ``parts`` exists."""
+    """``encode()``'s tensors of ``rows`` examples each, from the cache when an entry for
+    ``parts`` exists and holds ``rows`` rows in every tensor (else it is encoded again)."""
     root = cache_root()
     if root is None:
         return encode()
     path = root / "encoded" / f"{what}-{cache_key(parts)}.pt"
-    got = _read(path)
+    got = _read(path, rows)
     if got is not None:
         log.info("%s: encoded tensors from the cache (%s)", what, path)
         return got

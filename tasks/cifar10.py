@@ -16,30 +16,35 @@ Sources (first that applies):
 from __future__ import annotations
 
 import logging
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
+from fedbench.tasks.cifar_pickles import batch_arrays, label_names
 from fedbench.tasks.cnn_task import CNNTask, CNNTaskConfig, image_task_data
-from fedbench.tasks.image_sources import read_image_source
+from fedbench.tasks.image_sources import ImageColumns, read_image_source
 
 log = logging.getLogger(__name__)
 
 HF_ID = "uoft-cs/cifar10"
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+N_CLASSES = 10
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)  # CIFAR-10 train set, per channel
 
 
 @dataclass(frozen=True)
 class Cifar10Config(CNNTaskConfig):
     hf_id: str = cfg_field(HF_ID, "HF dataset id used when no --data-dir is given")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "hf_id", self.hf_id.strip() != "", "must name an HF dataset")
 
 
 def _missing(why: str) -> UserError:
@@ -48,36 +53,25 @@ def _missing(why: str) -> UserError:
                      f"(datasets.load_dataset + save_to_disk) and pass --data-dir <folder>")
 
 
-def _unpickle(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f, encoding="bytes")
-    except (OSError, pickle.UnpicklingError, EOFError) as e:
-        raise _missing(f"cannot read {path} ({e})") from None
-
-
-def _batches(folder: Path, names) -> tuple[np.ndarray, np.ndarray]:
-    xs, ys = [], []
-    for name in names:
-        d = _unpickle(folder / name)
-        if b"data" not in d or b"labels" not in d:
-            raise _missing(f"{folder / name} has no data/labels entries (keys: {sorted(k.decode() for k in d)})")
-        xs.append(np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))  # (n, 3, 32, 32)
-        ys.append(np.asarray(d[b"labels"], dtype=np.int64))
-    return np.concatenate(xs), np.concatenate(ys)
-
-
 def read_batches_folder(root: Path) -> tuple[dict, list[str]] | None:
-    """The original pickled batches under ``root`` or ``root/cifar-10-batches-py``; None if absent."""
+    """The original pickled batches under ``root`` or ``root/cifar-10-batches-py`` (read
+    without running code, labels checked against the class list; see
+    :mod:`fedbench.tasks.cifar_pickles`); None if absent."""
     for folder in (root, root / FOLDER):
         if (folder / "test_batch").is_file() and any((folder / n).is_file() for n in TRAIN_FILES):
             absent = [n for n in TRAIN_FILES if not (folder / n).is_file()]
             if absent:
                 raise _missing(f"{folder} lacks {', '.join(absent)}")
-            names = []
-            if (folder / "batches.meta").is_file():
-                names = [n.decode() for n in _unpickle(folder / "batches.meta")[b"label_names"]]
-            return {"train": _batches(folder, TRAIN_FILES), "test": _batches(folder, ["test_batch"])}, names
+            meta = folder / "batches.meta"
+            names = label_names(meta, b"label_names", "cifar10") if meta.is_file() else []
+            n_classes, classes = (len(names), str(meta)) if names else (N_CLASSES, "CIFAR-10")
+            splits = {}
+            for split, files in (("train", TRAIN_FILES), ("test", ("test_batch",))):
+                parts = [batch_arrays(folder / n, b"labels", n_classes, "cifar10", classes) for n in files]
+                splits[split] = (np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts]))
+                if not len(splits[split][1]):
+                    raise UserError(f"cifar10: the {split} batches in {folder} hold no images")
+            return splits, names
     return None
 
 
@@ -87,5 +81,5 @@ class Cifar10(CNNTask):
 
     def load(self) -> TaskData:
         splits, names = read_image_source("cifar10", self.config.data_dir, self.config.hf_id, read_batches_folder,
-                                          "img", "label", "RGB", _missing)
+                                          ImageColumns("img", "label", "RGB", 32, N_CLASSES), _missing)
         return image_task_data("cifar10", splits, names, MEAN, STD, in_channels=3)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -34,22 +33,28 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import TaskData
+from fedbench.tasks.cifar_pickles import batch_arrays, label_names
 from fedbench.tasks.image_domains import VisionConfig, VisionTask
-from fedbench.tasks.image_sources import read_image_source
+from fedbench.tasks.image_sources import ImageColumns, read_image_source
 from fedbench.tasks.partition import check_disjoint
 
 log = logging.getLogger(__name__)
 
 HF_ID = "uoft-cs/cifar100"
+N_CLASSES = 100
 
 
 @dataclass(frozen=True)
 class Cifar100Config(VisionConfig):
     hf_id: str = cfg_field(HF_ID, "HF dataset id used when no --data-dir is given")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "hf_id", self.hf_id.strip() != "", "must name an HF dataset")
 
 
 class UInt8Images:
@@ -90,17 +95,17 @@ def _missing(why: str) -> UserError:
 
 
 def read_python_folder(folder: Path) -> tuple[dict, list[str]]:
-    """The original pickles: {'train'|'test': (uint8 (N,3,32,32), fine labels)}, class names."""
+    """The original pickles: {'train'|'test': (uint8 (N,3,32,32), fine labels)}, class names;
+    read without running code, labels checked against the class list
+    (:mod:`fedbench.tasks.cifar_pickles`)."""
+    meta = folder / "meta"
+    names = label_names(meta, b"fine_label_names", "cifar100") if meta.is_file() else []
+    n_classes, classes = (len(names), str(meta)) if names else (N_CLASSES, "CIFAR-100")
     out = {}
     for split in ("train", "test"):
-        with open(folder / split, "rb") as f:
-            d = pickle.load(f, encoding="bytes")
-        x = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-        out[split] = (x, np.asarray(d[b"fine_labels"], dtype=np.int64))
-    names = []
-    if (folder / "meta").exists():
-        with open(folder / "meta", "rb") as f:
-            names = [n.decode() for n in pickle.load(f, encoding="bytes")[b"fine_label_names"]]
+        out[split] = batch_arrays(folder / split, b"fine_labels", n_classes, "cifar100", classes)
+        if not len(out[split][1]):
+            raise UserError(f"cifar100: {folder / split} holds no images")
     return out, names
 
 
@@ -115,7 +120,8 @@ def _read_folder(root: Path) -> tuple[dict, list[str]] | None:
 def read_source(data_dir: str | None, hf_id: str) -> tuple[dict, list[str]]:
     """Splits and class names: the original pickles, a save_to_disk folder or the hub
     (:func:`~fedbench.tasks.image_sources.read_image_source`)."""
-    return read_image_source("cifar100", data_dir, hf_id, _read_folder, "img", "fine_label", "RGB", _missing)
+    return read_image_source("cifar100", data_dir, hf_id, _read_folder,
+                             ImageColumns("img", "fine_label", "RGB", 32, N_CLASSES), _missing)
 
 
 def _digests(x: np.ndarray) -> list[str]:

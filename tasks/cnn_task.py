@@ -46,6 +46,7 @@ class CNNTaskConfig(TaskConfig):
                                         "cnn1..cnn5 (None = cnn1)")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         arch_index(self.model)  # UserError for an unknown name
 
 

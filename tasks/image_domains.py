@@ -19,12 +19,15 @@ train/test with a fixed seed (``split_seed``, independent of the run seed, so ev
 sees the same test set). Images are decoded lazily, resized to ``img_size`` (default: the
 model's native size) and normalised with the model's pretrained statistics (timm's config;
 ImageNet statistics for unknown or tiny models). Train and test are checked to share no file.
+Reading the listing and checking it (UTF-8, labels against ``classes.txt``, paths that stay
+inside ``data_dir``) is :mod:`fedbench.tasks.image_listing`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -32,17 +35,19 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check, check_int
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData, check_fraction
 from fedbench.tasks.models import check_arch, enable_gradient_checkpointing, on_cuda_only
-from fedbench.tasks.vision_models import timm_layout, timm_model, vision_defaults
+from fedbench.tasks.image_listing import MAX_CLASSES, Listing, Origins, cap_per_domain, check_files, find_domains
+from fedbench.tasks.image_listing import list_by_scan, list_with_splits
 from fedbench.tasks.partition import check_disjoint
+from fedbench.tasks.vision_models import timm_layout, timm_model, vision_defaults
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif"}
+MIN_IMG_SIZE, MAX_IMG_SIZE = 16, 1024  # image side fed to a ViT/Mixer with 16-px patches
 VIT_IN21K = "vit_base_patch16_224.augreg_in21k"
 
 
@@ -56,6 +61,12 @@ class VisionConfig(TaskConfig):
     gradient_checkpointing: bool = cfg_field(False, "activation checkpointing of the blocks (applied only with CUDA)")
     bf16: bool = cfg_field(False, "run forward/backward under bfloat16 autocast (applied only on CUDA tensors)")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "model", self.model is not None, "must name a timm model, a local timm folder or a tiny test model")
+        check_int(self, "img_size", MIN_IMG_SIZE, MAX_IMG_SIZE, optional=True,
+                  why=f"(one 16-px patch up to {(MAX_IMG_SIZE // 16) ** 2} patches; none = the model's native size)")
+
 
 def pil_image():
     try:
@@ -66,12 +77,18 @@ def pil_image():
 
 
 class ImageFiles(torch.utils.data.Dataset):
-    """Images on disk, decoded on access: ``{"x": (3, S, S) float tensor, "y": int}``."""
+    """Images on disk, decoded on access: ``{"x": (3, S, S) float tensor, "y": int}``.
+
+    An image that cannot be decoded, or whose header claims more than PIL's
+    ``MAX_IMAGE_PIXELS`` (a decompression bomb; checked before decoding), is a one-line
+    :class:`UserError` naming the file and, with ``origins``, the split-file line listing it
+    (met during training, the run is recorded ``failed`` with that line).
+    """
 
     def __init__(self, root: Path, paths: Sequence[str], labels: np.ndarray, img_size: int,
-                 mean: Sequence[float], std: Sequence[float]):
+                 mean: Sequence[float], std: Sequence[float], origins: Origins | None = None):
         self.root, self.paths, self.labels = Path(root), list(paths), np.asarray(labels, dtype=np.int64)
-        self.img_size = img_size
+        self.img_size, self.origins = img_size, origins
         self.mean = torch.tensor(mean, dtype=torch.float32)[:, None, None]  # (3, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32)[:, None, None]
 
@@ -82,19 +99,27 @@ class ImageFiles(torch.utils.data.Dataset):
         image = pil_image()
         path = self.root / self.paths[i]
         try:
-            with image.open(path) as im:
-                im = im.convert("RGB").resize((self.img_size, self.img_size), image.BICUBIC)
-                x = torch.from_numpy(np.asarray(im, dtype=np.uint8).copy())  # (S, S, 3)
-        except (OSError, SyntaxError, ValueError) as e:  # PIL: truncated, unidentified, corrupt data
-            raise UserError(f"unreadable image {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") \
-                from None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", image.DecompressionBombWarning)  # refused below instead
+                with image.open(path) as im:
+                    w, h = im.size
+                    if w * h > image.MAX_IMAGE_PIXELS:
+                        raise ValueError(f"its header claims {w}x{h} pixels, more than the "
+                                         f"{image.MAX_IMAGE_PIXELS} read here")
+                    im = im.convert("RGB").resize((self.img_size, self.img_size), image.BICUBIC)
+                    x = torch.from_numpy(np.asarray(im, dtype=np.uint8).copy())  # (S, S, 3)
+        except Exception as e:  # noqa: BLE001 - PIL's decoders raise many kinds (OSError, SyntaxError, bombs, ...)
+            why = (str(e).splitlines() or [""])[0] or type(e).__name__
+            where = f" (listed at {self.origins.describe(i)})" if self.origins is not None else ""
+            raise UserError(f"unreadable image {path}: {why}{where}") from None
         x = x.permute(2, 0, 1).to(torch.float32).div_(255.0)  # (3, S, S) in [0, 1]
         return {"x": (x - self.mean) / self.std, "y": int(self.labels[i])}
 
     def subset(self, idx) -> "ImageFiles":
         idx = np.asarray(idx, dtype=np.int64)
         return ImageFiles(self.root, [self.paths[i] for i in idx], self.labels[idx], self.img_size,
-                          self.mean.flatten().tolist(), self.std.flatten().tolist())
+                          self.mean.flatten().tolist(), self.std.flatten().tolist(),
+                          None if self.origins is None else self.origins.subset(idx))
 
 
 class VisionTask(ClassificationTask):
@@ -147,121 +172,13 @@ class DomainImagesConfig(VisionConfig):
                                                        "(seeded subsample, for small machines); None = all")
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError("test_fraction must be in (0, 1)")
-        if self.n_classes is not None and self.n_classes < 2:
-            raise ValueError("n_classes must be >= 2")
-
-
-@dataclass
-class Listing:
-    """Image paths (relative to the data folder), labels and domain ids of one split."""
-
-    paths: list[str]
-    labels: np.ndarray
-    domains: np.ndarray
-
-
-def _read_split_file(path: Path) -> list[tuple[str, int]]:
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.rsplit(maxsplit=1)
-        try:
-            rows.append((parts[0], int(parts[1])))
-        except (IndexError, ValueError):
-            raise UserError(f"{path}:{n}: expected '<relative path> <integer label>', got {line!r}") from None
-    return rows
-
-
-def listed_at(root: Path, domains: Sequence[str], rel: str) -> str:
-    """"<split file> line <n>" of the first split-file line naming ``rel`` (for messages)."""
-    for name in domains:
-        for split in ("train", "test"):
-            path = root / f"{name}_{split}.txt"
-            if not path.is_file():
-                continue
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if line.strip() and line.rsplit(maxsplit=1)[0] == rel:
-                    return f"{path} line {n}"
-    return f"the scan of {root}"
-
-
-def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTS)
-
-
-def find_domains(root: Path) -> tuple[list[str], bool]:
-    """Domain names found in ``root`` and whether they come with split files."""
-    with_splits = sorted(p.name[: -len("_train.txt")] for p in root.glob("*_train.txt")
-                         if (root / (p.name[: -len("_train.txt")] + "_test.txt")).exists())
-    if with_splits:
-        return with_splits, True
-    doms = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")
-                  and any(c.is_dir() for c in d.iterdir()))
-    return doms, False
-
-
-def class_names_from_splits(root: Path, rows: list[tuple[str, int]]) -> dict[int, str]:
-    names_file = root / "classes.txt"
-    if names_file.exists():
-        return dict(enumerate(n.strip() for n in names_file.read_text().splitlines() if n.strip()))
-    out = {}
-    for path, label in rows:
-        parts = Path(path).parts
-        out.setdefault(label, parts[-2] if len(parts) >= 2 else str(label))
-    return out
-
-
-def list_with_splits(root: Path, domains: list[str]) -> tuple[Listing, Listing, dict[int, str]]:
-    splits = {}
-    all_rows = []
-    for split in ("train", "test"):
-        paths, labels, doms = [], [], []
-        for d, name in enumerate(domains):
-            rows = _read_split_file(root / f"{name}_{split}.txt")
-            all_rows += rows
-            paths += [p for p, _ in rows]
-            labels += [y for _, y in rows]
-            doms += [d] * len(rows)
-        splits[split] = Listing(paths, np.asarray(labels, np.int64), np.asarray(doms, np.int64))
-    return splits["train"], splits["test"], class_names_from_splits(root, all_rows)
-
-
-def list_by_scan(root: Path, domains: list[str], test_fraction: float, seed: int) -> tuple[Listing, Listing, dict]:
-    """Seeded per-(domain, class) split of ``<domain>/<class>/<image>`` folders."""
-    classes = sorted({c.name for d in domains for c in (root / d).iterdir() if c.is_dir()})
-    index = {c: i for i, c in enumerate(classes)}
-    rng = np.random.default_rng([seed, 20231119])
-    out = {"train": ([], [], []), "test": ([], [], [])}
-    for d, name in enumerate(domains):
-        for cdir in sorted(p for p in (root / name).iterdir() if p.is_dir()):
-            files = [f"{name}/{cdir.name}/{f.name}" for f in _image_files(cdir)]
-            if not files:
-                continue
-            order = rng.permutation(len(files))
-            n_test = int(round(test_fraction * len(files))) if len(files) > 1 else 0
-            for split, sel in (("test", order[:n_test]), ("train", order[n_test:])):
-                for i in np.sort(sel):
-                    out[split][0].append(files[i])
-                    out[split][1].append(index[cdir.name])
-                    out[split][2].append(d)
-    listings = [Listing(p, np.asarray(y, np.int64), np.asarray(g, np.int64)) for p, y, g in (out["train"], out["test"])]
-    return listings[0], listings[1], dict(enumerate(classes))
-
-
-def _keep(listing: Listing, mask: np.ndarray) -> Listing:
-    return Listing([p for p, m in zip(listing.paths, mask) if m], listing.labels[mask], listing.domains[mask])
-
-
-def _cap_per_domain(listing: Listing, cap: int, seed: int) -> Listing:
-    rng = np.random.default_rng([seed, 7])
-    keep = np.zeros(len(listing.paths), dtype=bool)
-    for d in np.unique(listing.domains):
-        idx = np.flatnonzero(listing.domains == d)
-        keep[np.sort(rng.permutation(idx)[:cap])] = True
-    return _keep(listing, keep)
+        super().__post_init__()
+        check(self, "domains", self.domains is None or (len(self.domains) > 0 and all(d.strip() for d in self.domains)),
+              "must name at least one domain folder (or none = every domain found)")
+        check_int(self, "n_classes", 2, MAX_CLASSES, optional=True)
+        check_fraction(self, "test_fraction")
+        check_int(self, "split_seed", 0)
+        check_int(self, "max_train_per_domain", 1, optional=True)
 
 
 class DomainImages(VisionTask):
@@ -303,10 +220,10 @@ class DomainImages(VisionTask):
         else:
             train, test, names = list_by_scan(root, domains, self.config.test_fraction, self.config.split_seed)
         if self.config.n_classes is not None:
-            train = _keep(train, train.labels < self.config.n_classes)
-            test = _keep(test, test.labels < self.config.n_classes)
+            train = train.keep(train.labels < self.config.n_classes)
+            test = test.keep(test.labels < self.config.n_classes)
         if self.config.max_train_per_domain is not None:
-            train = _cap_per_domain(train, self.config.max_train_per_domain, self.config.split_seed)
+            train = cap_per_domain(train, self.config.max_train_per_domain, self.config.split_seed)
         if not train.paths or not test.paths:
             raise self.missing(f"no {'training' if not train.paths else 'test'} images found in {root}")
         try:
@@ -321,24 +238,18 @@ class DomainImages(VisionTask):
         size, mean, std = self.image_settings()
         labels = np.concatenate([train.labels, test.labels])
         n_classes = int(labels.max()) + 1
-        self.check_files(root, train.paths + test.paths, domains)
+        check_files(root, train, self.dataset_name)
+        check_files(root, test, self.dataset_name)
         log.info("%s: %d train / %d test images, %d classes, domains %s", self.dataset_name, len(train.paths),
                  len(test.paths), n_classes, domains)
         return TaskData(
-            train=ImageFiles(root, train.paths, train.labels, size, mean, std),
-            test=ImageFiles(root, test.paths, test.labels, size, mean, std),
+            train=ImageFiles(root, train.paths, train.labels, size, mean, std, train.origins),
+            test=ImageFiles(root, test.paths, test.labels, size, mean, std, test.origins),
             train_labels=train.labels, n_classes=n_classes, train_domains=train.domains,
             test_domains=test.domains, domain_names=list(domains),
             info={"class_names": [names.get(i, str(i)) for i in range(n_classes)], "n_train": len(train.paths),
                   "n_test": len(test.paths)},
         )
-
-    def check_files(self, root: Path, paths: Sequence[str], domains: Sequence[str]) -> None:
-        """Every listed image must be a file (one ``stat`` each, no decoding), before training."""
-        missing = next((p for p in paths if not (root / p).is_file()), None)
-        if missing is not None:
-            raise UserError(f"{self.dataset_name}: {listed_at(root, domains, missing)} names {missing!r}, "
-                            f"which is not a file under {root}")
 
 
 @dataclass(frozen=True)

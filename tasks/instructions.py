@@ -1,8 +1,9 @@
 """Instruction tuning of causal LMs: Dolly-15k and Natural Instructions (Fed-HeLLo, Sec. IV-A).
 
-Why one file of ~450 lines: the two tasks differ only in field names and defaults (the
-last ~40 lines); everything else (reading, prompting, encoding, generation, scoring) is
-the one shared ``InstructionTask``.
+The two tasks differ only in field names and defaults (the last ~40 lines); everything
+else (reading, prompting, generation, scoring) is the one shared ``InstructionTask``.
+Examples and their held-out split are in :mod:`fedbench.tasks.instruction_examples`, the
+token tensors in :mod:`fedbench.tasks.instruction_encoding`.
 
 Fed-HeLLo fine-tunes OPT-1.3B on Dolly-15K and the Llama-like DataJuicer-1B on Natural
 Instructions with LoRA on query and value (rank 8, alpha 16, dropout 0.1), 50 clients,
@@ -43,18 +44,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check, check_int
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, EvalResult, ModelBundle, Task, TaskConfig, TaskData, eval_indices
+from fedbench.tasks.base import EvalResult, ModelBundle, Task, TaskConfig, TaskData, check_fraction
+from fedbench.tasks.base import check_model_limit, eval_indices
 from fedbench.tasks.base import iterate_batches, to_device
 from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
@@ -72,20 +74,28 @@ from fedbench.tasks.models import (
     tiny_lm,
     word_tokenizer,
 )
+from fedbench.tasks.instruction_encoding import IGNORE, PromptDataset, encode_pairs
+from fedbench.tasks.instruction_examples import Example, first_value, holdout
 from fedbench.tasks.record_files import check_rows, hub_splits, json_type, read_local_splits, read_records
 from fedbench.tasks.partition import check_disjoint
-from fedbench.tasks.tiny import rouge_l
+from fedbench.tasks.rouge import rouge_l
 
 log = logging.getLogger(__name__)
 
-IGNORE = -100
+#: sizes an instruction task holds: tokens per training sequence and tokens generated per
+#: prompt (memory caps; the model's own position limit is checked when it loads), the word
+#: vocabulary built for tiny-llama (its 6 special tokens and some words, up to 1M rows)
+MAX_SEQ_LEN, MAX_NEW_TOKENS = 32_768, 8_192
+MIN_VOCAB, MAX_VOCAB = 16, 1_000_000
+DOLLY_HF_ID = "databricks/databricks-dolly-15k"
+NI_HF_ID = "Muennighoff/natural-instructions"
 DOLLY_CATEGORIES = ("brainstorming", "classification", "closed_qa", "creative_writing", "general_qa",
                     "information_extraction", "open_qa", "summarization")
 
 
 @dataclass(frozen=True)
 class InstructionConfig(TaskConfig):
-    hf_id: str = cfg_field("", "HF dataset id used when no --data-dir is given")
+    hf_id: str = cfg_field(DOLLY_HF_ID, "HF dataset id used when no --data-dir is given")
     eval_batch_size: int = cfg_field(16, "prompts generated at once at evaluation")
     eval_max_examples: int | None = cfg_field(200, "Rouge-L on at most this many held-out examples (a fixed "
                                                    "seeded subset; None = all)")
@@ -105,56 +115,15 @@ class InstructionConfig(TaskConfig):
     bf16: bool = cfg_field(False, "bfloat16 autocast in forward/backward/generation (applied only on CUDA tensors)")
 
     def __post_init__(self) -> None:
-        if self.seq_len < 8 or self.max_new_tokens < 1:
-            raise ValueError("seq_len must be >= 8 and max_new_tokens >= 1")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError("test_fraction must be in (0, 1)")
-
-
-@dataclass(frozen=True)
-class Example:
-    instruction: str
-    context: str
-    response: str
-    category: str
-
-    def digest(self) -> str:
-        blob = "\x1f".join((self.instruction, self.context, self.response))
-        return hashlib.blake2b(blob.encode("utf-8"), digest_size=12).hexdigest()
-
-
-def _first(row: dict, names: tuple[str, ...]):
-    for n in names:
-        if n in row and row[n] is not None:
-            v = row[n]
-            return v[0] if isinstance(v, list) and v else v
-    return None
-
-
-def holdout(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
-    """Seeded train/test split over distinct examples (duplicates stay on one side)."""
-    groups: dict[str, list[int]] = {}
-    for i, ex in enumerate(examples):
-        groups.setdefault(ex.digest(), []).append(i)
-    keys = sorted(groups)
-    order = np.random.default_rng([seed, 11]).permutation(len(keys))
-    n_test = max(1, int(round(fraction * len(keys))))
-    test_keys = {keys[i] for i in order[:n_test]}
-    train = [ex for ex in examples if ex.digest() not in test_keys]  # file order kept
-    test = [ex for ex in examples if ex.digest() in test_keys]
-    return train, test
-
-
-@dataclass
-class PromptDataset(ArrayDataset):
-    """Encoded examples plus what evaluation needs: each row's ``ref`` indexes
-    ``references`` (the reference responses), decoded with ``tokenizer``. Subsets keep both."""
-
-    references: list[str] = field(default_factory=list)
-    tokenizer: Any = None
-
-    def subset(self, idx) -> "PromptDataset":
-        return PromptDataset(self.batch(idx), self.references, self.tokenizer)
+        super().__post_init__()
+        check(self, "hf_id", self.hf_id.strip() != "", "must name an HF dataset")
+        check_int(self, "seq_len", 8, MAX_SEQ_LEN, why="(the model's own position limit is checked when it loads)")
+        check_int(self, "max_new_tokens", 1, MAX_NEW_TOKENS)
+        check_fraction(self, "test_fraction")
+        check_int(self, "split_seed", 0)
+        check_int(self, "max_train_examples", 1, optional=True)
+        check_int(self, "max_per_category", 1, optional=True)
+        check_int(self, "tiny_vocab", MIN_VOCAB, MAX_VOCAB)
 
 
 class InstructionTask(Task):
@@ -183,7 +152,7 @@ class InstructionTask(Task):
         """What is wrong with a record (its instruction or response is not a string), or None."""
         for key in ("instruction", "response"):
             names = self.fields[key]
-            value = _first(row, names)
+            value = first_value(row, names)
             if value is None:
                 return f"missing field {names[0]!r}" + (f" (or {', '.join(map(repr, names[1:]))})" if names[1:] else "")
             if not isinstance(value, str):
@@ -191,7 +160,7 @@ class InstructionTask(Task):
         return None
 
     def to_example(self, row: dict) -> Example:
-        vals = {k: _first(row, names) for k, names in self.fields.items()}
+        vals = {k: first_value(row, names) for k, names in self.fields.items()}
         return Example(vals["instruction"].strip(), str(vals["context"] or "").strip(), vals["response"].strip(),
                        str(vals["category"] or "none"))
 
@@ -283,45 +252,9 @@ class InstructionTask(Task):
         blob = "\x1e".join(p + "\x1f" + r for p, r in zip(prompts, responses))
         parts = {"texts": hashlib.sha256(blob.encode("utf-8")).hexdigest(), "n": len(examples), "chat": chat,
                  "tokenizer": tokenizer_fingerprint(tok), "seq_len": self.config.seq_len, "prompts": with_prompts}
-        tensors = cached_tensors(self.dataset_name, parts,
-                                 lambda: self.tokenize(tok, prompts, responses, chat, with_prompts))
+        tensors = cached_tensors(self.dataset_name, parts, len(examples),
+                                 lambda: encode_pairs(tok, prompts, responses, chat, self.config.seq_len, with_prompts))
         return PromptDataset(tensors, responses, tok)
-
-    def tokenize(self, tok, prompt_texts: list[str], response_texts: list[str], chat: bool,
-                 with_prompts: bool) -> dict[str, torch.Tensor]:
-        """The tensors of :meth:`encode`."""
-        T = self.config.seq_len
-        prompts = tok(prompt_texts, add_special_tokens=not chat)["input_ids"]
-        responses = tok(response_texts, add_special_tokens=False)["input_ids"]
-        pad, eos = tok.pad_token_id, tok.eos_token_id
-        n_ex = len(prompts)
-        ids = np.full((n_ex, T), pad, dtype=np.int32)
-        labels = np.full((n_ex, T), IGNORE, dtype=np.int32)
-        mask = np.zeros((n_ex, T), dtype=np.int8)
-        cut_prompts = []
-        for i, (p, r) in enumerate(zip(prompts, responses)):
-            r = list(r) + [eos]
-            room = T - min(len(r), max(1, T // 4))  # the prompt leaves room for >= 1 response token
-            if len(p) > room:
-                p = p[:1] + p[len(p) - room + 1:]  # keep BOS, drop the start of the prompt
-            r = r[: T - len(p)]
-            n = len(p) + len(r)
-            ids[i, :n] = p + r
-            labels[i, len(p):n] = r
-            mask[i, :n] = 1
-            cut_prompts.append(p)
-        tensors = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
-                   "attention_mask": torch.from_numpy(mask)}
-        if with_prompts:
-            P = max(len(p) for p in cut_prompts)
-            pids = np.full((n_ex, P), pad, dtype=np.int32)
-            pmask = np.zeros((n_ex, P), dtype=np.int8)
-            for i, p in enumerate(cut_prompts):
-                pids[i, P - len(p):] = p
-                pmask[i, P - len(p):] = 1
-            tensors.update(prompt_ids=torch.from_numpy(pids), prompt_mask=torch.from_numpy(pmask),
-                           ref=torch.arange(n_ex))
-        return tensors
 
     def load(self) -> TaskData:
         """Read, check and encode the examples; ``info["tokenizer"]`` is what encoded them and
@@ -329,6 +262,8 @@ class InstructionTask(Task):
         train, test = self.read_examples()
         names, ytr = self.category_ids(train, test)
         tok = self.make_tokenizer(train)
+        check_model_limit("seq_len", self.config.seq_len, tok.model_max_length,
+                          f"the tokenizer of --model {self.config.model}")
         log.info("%s: %d train / %d test examples, %d categories", self.dataset_name, len(train), len(test), len(names))
         return TaskData(train=self.encode(tok, train, False), test=self.encode(tok, test, True), train_labels=ytr,
                         n_classes=len(names),
@@ -347,6 +282,11 @@ class InstructionTask(Task):
             from transformers import AutoModelForCausalLM
 
             model = load_hf_model(AutoModelForCausalLM, resolve_hf(c.model, "causal_lm"), dtype=torch.float32)
+        positions = model.config.max_position_embeddings  # a prompt of <= seq_len tokens, then the generation
+        check_model_limit("seq_len", c.seq_len, positions - 1, f"--model {c.model} ({positions} positions, one left "
+                                                                f"to generate)")
+        check_model_limit("max_new_tokens", c.max_new_tokens, positions - c.seq_len,
+                          f"--model {c.model} after seq_len={c.seq_len} ({positions} positions)")
         blocks, targets = family_layout(model.config.model_type, LM_FAMILIES, "causal LM")
         check_targets(model, blocks, targets)
         if on_cuda_only(c.gradient_checkpointing, "gradient_checkpointing"):
@@ -407,10 +347,6 @@ class InstructionTask(Task):
         preds, refs = self.predictions(model, dataset, device)
         exact = float(np.mean([p == r for p, r in zip(preds, refs)]))
         return EvalResult("rouge_l", rouge_l(preds, refs), None, {"exact_match": exact, "n_eval": float(len(refs))})
-
-
-DOLLY_HF_ID = "databricks/databricks-dolly-15k"
-NI_HF_ID = "Muennighoff/natural-instructions"
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,11 @@ from typing import Literal
 import numpy as np
 import torch
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check, check_int
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import check_model_limit
 from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
     ENCODER_FAMILIES,
@@ -66,6 +67,13 @@ from fedbench.tasks.partition import check_disjoint
 log = logging.getLogger(__name__)
 
 HF_ID, HF_CONFIG = "coastalcph/lex_glue", "ledgar"
+#: sizes the task holds: tokens per text (a memory cap: (N, seq_len) token tensors, seq_len^2
+#: attention; the model's own limit, 512 for the BERT-family encoders, is checked when its
+#: tokenizer and weights load), the word vocabulary built for tiny-bert (its 6 special
+#: tokens and some words, up to 1M)
+MAX_SEQ_LEN = 8_192
+MIN_VOCAB, MAX_VOCAB = 16, 1_000_000
+MAX_CLASSES = 100_000  # labels at or above this are data errors when no class list names the classes
 
 
 @dataclass(frozen=True)
@@ -86,8 +94,13 @@ class LedgarConfig(TaskConfig):
     bf16: bool = cfg_field(False, "bfloat16 autocast in forward/backward (applied only on CUDA tensors)")
 
     def __post_init__(self) -> None:
-        if self.seq_len < 8:
-            raise ValueError("seq_len must be >= 8")
+        super().__post_init__()
+        check(self, "hf_id", self.hf_id.strip() != "", "must name an HF dataset")
+        check(self, "hf_config", self.hf_config.strip() != "", "must name a config of that dataset")
+        check_int(self, "seq_len", 8, MAX_SEQ_LEN, why="(the model's own position limit is checked when it loads)")
+        check(self, "classifier_dropout", 0.0 <= self.classifier_dropout < 1.0, "must be a probability in [0, 1)")
+        check_int(self, "max_train_examples", 1, optional=True)
+        check_int(self, "tiny_vocab", MIN_VOCAB, MAX_VOCAB)
 
 
 LAYOUT = "train.jsonl and test.jsonl rows {\"text\", \"label\"} (+ label_names.json)"
@@ -101,37 +114,53 @@ def _missing(why: str, data_dir: str | None) -> UserError:
                      f"with {LAYOUT}")
 
 
-def row_problem(row: dict) -> str | None:
-    """What is wrong with a ledgar record, or None."""
-    return field_problem(row, "text", (str,), "a string") or field_problem(row, "label", (int,), "an integer")
+def row_checker(names: list[str], names_from: str):
+    """What is wrong with a ledgar record, or None: ``text`` a string, ``label`` an integer
+    class id of ``names`` (the class list read from ``names_from``), or below
+    :data:`MAX_CLASSES` when there is no class list."""
+    bound = len(names) or MAX_CLASSES
+    classes = f"the {bound} names of {names_from}" if names else f"below {MAX_CLASSES} without a class list"
+
+    def problem(row: dict) -> str | None:
+        found = field_problem(row, "text", (str,), "a string") or field_problem(row, "label", (int,), "an integer")
+        if found is None and not 0 <= row["label"] < bound:
+            found = f"label {str(row['label'])[:40]} is not a class id in 0..{bound - 1} ({classes})"
+        return found
+
+    return problem
 
 
-def label_names_file(root: Path) -> list[str]:
-    """Class names from ``label_names.json`` (a JSON list of strings) or ``labels.txt``."""
+def label_names_file(root: Path) -> tuple[list[str], str]:
+    """Class names from ``label_names.json`` (a JSON list of strings) or ``labels.txt``, and
+    the file they came from ([] and "" without either)."""
     path = root / "label_names.json"
     if path.exists():
         names = read_json(path)
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise UserError(f"{path}: expected a JSON list of strings, got {json_type(names)}")
-        return names
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            got = "an empty list" if names == [] else json_type(names)
+            raise UserError(f"{path}: expected a JSON list of strings, got {got}")
+        return names, str(path)
     if (root / "labels.txt").exists():
-        return [n.strip() for n in read_utf8(root / "labels.txt").splitlines() if n.strip()]
-    return []
+        return [n.strip() for n in read_utf8(root / "labels.txt").splitlines() if n.strip()], str(root / "labels.txt")
+    return [], ""
 
 
 def read_ledgar(cfg: LedgarConfig) -> tuple[list[dict], list[dict], list[str]]:
-    """(train rows, test rows, label names); every row checked, bad input named by file and line."""
+    """(train rows, test rows, label names); every row checked, labels against the class
+    list, bad input named by file and line."""
     if cfg.data_dir:
         root = Path(cfg.data_dir).expanduser()
         if not root.is_dir():
             raise _missing(f"--data-dir {root} is not a folder", cfg.data_dir)
-        splits, names = read_local_splits(root, row_problem), label_names_file(root)
+        names, names_from = label_names_file(root)
+        splits = read_local_splits(root, row_checker(names, names_from))
     else:
         got = hub_splits(cfg.hf_id, cfg.hf_config)
         if got is None:
             raise _missing("no --data-dir given and the HF hub cannot be reached", None)
-        splits = {k: check_rows(enumerate(rows, 1), row_problem, f"{cfg.hf_id} {k}") for k, rows in got[0].items()}
         names = got[1]
+        check = row_checker(names, f"{cfg.hf_id}'s label column")
+        splits = {k: check_rows(enumerate(rows, 1), check, f"{cfg.hf_id} {k}") for k, rows in got[0].items()}
     if "train" not in splits or "test" not in splits:
         raise _missing(f"expected train and test splits, found {sorted(splits) or 'none'}", cfg.data_dir)
     empty = next((k for k in ("train", "test") if not splits[k]), None)
@@ -149,7 +178,7 @@ def encode_texts(tokenizer, texts: list[str], labels: np.ndarray, seq_len: int) 
     texts' content hash, the tokenizer's identity and ``seq_len`` (:mod:`fedbench.tasks.cache`)."""
     parts = {"texts": _digest("\x1e".join(texts)), "n": len(texts), "tokenizer": tokenizer_fingerprint(tokenizer),
              "seq_len": seq_len, "layout": "ids-int32/mask-int8/right-pad"}
-    enc = cached_tensors("ledgar", parts, lambda: tokenize(tokenizer, texts, seq_len))
+    enc = cached_tensors("ledgar", parts, len(texts), lambda: tokenize(tokenizer, texts, seq_len))
     return ArrayDataset({**enc, "y": torch.from_numpy(labels)})
 
 
@@ -195,6 +224,7 @@ class Ledgar(ClassificationTask):
         except ValueError as e:
             log.warning("ledgar: the given splits share identical texts: %s", e)
         tok = make_tokenizer(c, [r["text"] for r in train])
+        check_model_limit("seq_len", c.seq_len, tok.model_max_length, f"the tokenizer of --model {c.model}")
         log.info("ledgar: %d train / %d test texts, %d labels, seq_len %d", len(train), len(test), n_classes,
                  c.seq_len)
         return TaskData(
@@ -217,6 +247,7 @@ class Ledgar(ClassificationTask):
 
             src = resolve_hf(c.model, "encoder")
             encoder, src_path = load_hf_model(AutoModel, src), src.path
+        check_model_limit("seq_len", c.seq_len, encoder.config.max_position_embeddings, f"--model {c.model}")
         pooling = encoder_pooling(src_path) if c.pooling == "auto" else c.pooling
         blocks, targets = family_layout(encoder.config.model_type, ENCODER_FAMILIES, "encoder")
         model = EncoderClassifier(encoder, data.n_classes, pooling, c.classifier_dropout)

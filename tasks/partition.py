@@ -34,97 +34,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from fedbench.errors import UserError
-
-VALID_FORMS = (
-    "valid forms: iid, dir(a), k/a, k/-, domain, domain+dir(a)xm, k/Dd "
-    "(e.g. 20/1.0, 10/-, dir(0.5), domain+dir(0.5)x5, 25/D1)"
-)
-
-_DOMAIN_KINDS = frozenset({"domain", "domain_dir", "k_domains"})
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-@dataclass(frozen=True)
-class Setting:
-    kind: str  # "iid" | "dir" | "k_alpha" | "k_path" | "domain" | "domain_dir" | "k_domains"
-    raw: str  # the string as given (stripped), e.g. "20/1.0"
-    k: int | None = None  # classes per client
-    alpha: float | None = None  # Dirichlet concentration
-    m: int | None = None  # clients per domain (domain+dir(a)xm)
-    d: int | None = None  # domains per class (k/Dd)
-
-    @property
-    def needs_domains(self) -> bool:
-        return self.kind in _DOMAIN_KINDS
-
-
-_NUM = r"([^()/x\s]+)"  # validated by float() below, so the regex can stay loose
-_PATTERNS = [
-    ("iid", re.compile(r"iid")),
-    ("domain", re.compile(r"domain")),
-    ("dir", re.compile(r"dir\(" + _NUM + r"\)")),
-    ("domain_dir", re.compile(r"domain\+dir\(" + _NUM + r"\)x(\d+)")),
-    ("k_domains", re.compile(r"(\d+)/d(\d+)")),
-    ("k_path", re.compile(r"(\d+)/-")),
-    ("k_alpha", re.compile(r"(\d+)/" + _NUM)),
-]
-
-
-def _bad(s: str, why: str = "unknown setting") -> UserError:
-    # repr() escapes any newline in the input, so the message stays on one line.
-    return UserError(f"{why} {s!r}; {VALID_FORMS}")
-
-
-def _alpha(text: str, s: str) -> float:
-    try:
-        a = float(text)
-    except ValueError:
-        raise _bad(s) from None
-    if not math.isfinite(a) or a <= 0:
-        raise _bad(s, "Dirichlet concentration a must be a finite number > 0 in setting")
-    return a
-
-
-def _positive(text: str, s: str, name: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise _bad(s, f"{name} must be >= 1 in setting")
-    return v
-
-
-def parse_setting(s: str) -> Setting:
-    """Parse a ``--setting`` string; raise :class:`UserError` (one line) if malformed."""
-    if not isinstance(s, str):
-        raise _bad(str(s))
-    raw = s.strip()
-    text = raw.lower()  # "IID", "25/d1" are accepted too
-    for kind, pat in _PATTERNS:
-        mt = pat.fullmatch(text)
-        if mt is None:
-            continue
-        g = mt.groups()
-        if kind in ("iid", "domain"):
-            return Setting(kind, raw)
-        if kind == "dir":
-            return Setting(kind, raw, alpha=_alpha(g[0], raw))
-        if kind == "domain_dir":
-            return Setting(kind, raw, alpha=_alpha(g[0], raw), m=_positive(g[1], raw, "m"))
-        if kind == "k_domains":
-            return Setting(kind, raw, k=_positive(g[0], raw, "k"), d=_positive(g[1], raw, "d"))
-        if kind == "k_path":
-            return Setting(kind, raw, k=_positive(g[0], raw, "k"))
-        return Setting(kind, raw, k=_positive(g[0], raw, "k"), alpha=_alpha(g[1], raw))
-    raise _bad(raw)
+from fedbench.tasks.setting import Setting, parse_setting
 
 
 # --------------------------------------------------------------------------- result
@@ -134,7 +50,7 @@ def parse_setting(s: str) -> Setting:
 class Partition:
     client_indices: list[np.ndarray]  # per client, sorted int64 indices into the TRAIN set; disjoint
     fingerprint: str
-    setting: str
+    setting: str  # the canonical form of the setting (Setting.canonical)
     client_domains: list[int] | None = None  # domain id per client (domain settings only)
 
     def sizes(self) -> list[int]:
@@ -175,10 +91,10 @@ def n_clients_for(setting: Setting | str, n_clients: int | None, n_domains: int 
     setting = parse_setting(setting) if isinstance(setting, str) else setting
     if setting.kind in ("domain", "domain_dir"):
         if n_domains is None or n_domains < 1:
-            raise UserError(f"setting {setting.raw!r} needs per-example domain ids (no domains given)")
+            raise UserError(f"setting {setting.canonical!r} needs per-example domain ids (no domains given)")
         return n_domains * (setting.m if setting.kind == "domain_dir" else 1)
     if n_clients is None or n_clients < 1:
-        raise UserError(f"setting {setting.raw!r} needs n_clients >= 1 (got {n_clients})")
+        raise UserError(f"setting {setting.canonical!r} needs n_clients >= 1 (got {n_clients})")
     return int(n_clients)
 
 
@@ -276,14 +192,14 @@ def _split_iid(labels, n_clients, rng, **_):
 
 def _split_dir(labels, n_clients, rng, setting, max_retries, **_):
     idx = np.arange(len(labels), dtype=np.int64)
-    return _dirichlet_label_skew(idx, labels, n_clients, setting.alpha, rng, max_retries, setting.raw)
+    return _dirichlet_label_skew(idx, labels, n_clients, setting.alpha, rng, max_retries, setting.canonical)
 
 
 def _deal_classes(labels, n_clients, k, rng, setting):
     """Classes present in the data, and each client's k distinct classes (balanced)."""
     classes = np.unique(labels)
     if k > len(classes):
-        raise UserError(f"setting {setting.raw!r} asks for k={k} classes per client "
+        raise UserError(f"setting {setting.canonical!r} asks for k={k} classes per client "
                         f"but the data has only {len(classes)} classes")
     return classes, _holders_by_item(_balanced_pick(len(classes), n_clients, k, rng), len(classes))
 
@@ -320,7 +236,7 @@ def _split_k_domains(labels, n_clients, rng, setting, domains, **_):
     """
     dom_values = np.unique(domains)
     if setting.d > len(dom_values):
-        raise UserError(f"setting {setting.raw!r} asks for d={setting.d} domains per class "
+        raise UserError(f"setting {setting.canonical!r} asks for d={setting.d} domains per class "
                         f"but the data has only {len(dom_values)} domains")
     classes, holders = _deal_classes(labels, n_clients, setting.k, rng, setting)
     out: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
@@ -349,7 +265,7 @@ def _split_domain(labels, n_clients, rng, setting, domains, max_retries, **_):
             out.append(idx_g)
         else:
             out.extend(_dirichlet_label_skew(idx_g, labels, setting.m, setting.alpha, rng,
-                                             max_retries, setting.raw))
+                                             max_retries, setting.canonical))
     return out
 
 
@@ -375,7 +291,7 @@ def _check_inputs(labels, domains, setting: Setting):
         raise UserError("labels must be >= 0")
     if setting.needs_domains:
         if domains is None:
-            raise UserError(f"setting {setting.raw!r} needs per-example domain ids, "
+            raise UserError(f"setting {setting.canonical!r} needs per-example domain ids, "
                             "but this task has no domains")
         domains = np.asarray(domains)
         if domains.shape != labels.shape:
@@ -407,10 +323,10 @@ def partition(setting: Setting | str, labels: np.ndarray, n_clients: int | None,
     parts = [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
     empty = [c for c, p in enumerate(parts) if len(p) == 0]
     if empty:  # an empty client cannot train; say so now rather than mid-run
-        raise _too_small(setting.raw, len(labels), n, f"{len(empty)} client(s) got no data")
+        raise _too_small(setting.canonical, len(labels), n, f"{len(empty)} client(s) got no data")
 
     client_domains = None
     if setting.kind in ("domain", "domain_dir"):
         per = setting.m if setting.kind == "domain_dir" else 1
         client_domains = [int(g) for g in np.unique(domains) for _ in range(per)]
-    return Partition(parts, fingerprint(parts, labels, n_cls, setting.raw), setting.raw, client_domains)
+    return Partition(parts, fingerprint(parts, labels, n_cls, setting.canonical), setting.canonical, client_domains)

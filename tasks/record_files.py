@@ -1,6 +1,8 @@
-"""Record files of the text tasks: JSONL / JSON / parquet splits in a folder, or HF
-datasets from the hub, read row by row with checks that name the file and line (or row)
-of any bad record (a one-line :class:`~fedbench.errors.UserError`)."""
+"""Record files of the text tasks: JSONL / JSON / parquet splits in a folder, a
+``save_to_disk`` folder, or HF datasets from the hub, read row by row with checks that name
+the file and line (or row) of any bad record (a one-line :class:`~fedbench.errors.UserError`).
+Malformed, non-UTF-8, too deeply nested JSON and integers beyond Python's digit limit are
+such errors too."""
 
 from __future__ import annotations
 
@@ -36,8 +38,12 @@ def json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-def read_utf8(path: Path) -> str:
-    """A file's text; a non-UTF-8 byte or an empty file is a :class:`UserError` naming it."""
+def read_utf8(path: Path, allow_empty: bool = False) -> str:
+    """A regular file's text; anything else (a device, a pipe: endless or blocking reads), a
+    non-UTF-8 byte or (unless ``allow_empty``) a file with no text is a :class:`UserError`
+    naming it."""
+    if not path.is_file():
+        raise UserError(f"cannot read {path}: not a regular file")
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -48,28 +54,47 @@ def read_utf8(path: Path) -> str:
         line = data.count(b"\n", 0, e.start) + 1
         raise UserError(f"{path} line {line}: not UTF-8 text (byte offset {e.start}: "
                         f"{data[e.start:e.start + 1]!r})") from None
-    if not text.strip():
+    if not text.strip() and not allow_empty:
         raise UserError(f"{path} is empty")
     return text
 
 
-def read_json(path: Path) -> Any:
-    """A whole JSON file; malformed JSON is a :class:`UserError` naming file, line and column."""
+def decode_json(text: str, path: Path, line: int | None = None) -> Any:
+    """``json.loads(text)`` of file ``path`` (of its line ``line`` for JSONL); malformed JSON,
+    nesting beyond the recursion limit or an integer beyond Python's digit limit is a
+    :class:`UserError` naming the file and line (and column, where JSON says it)."""
+    at = f" line {line}" if line is not None else ""
     try:
-        return json.loads(read_utf8(path))
+        return json.loads(text)
     except json.JSONDecodeError as e:
-        raise UserError(f"{path} line {e.lineno} column {e.colno}: malformed JSON ({e.msg})") from None
+        raise UserError(f"{path} line {line or e.lineno} column {e.colno}: malformed JSON ({e.msg})") from None
+    except RecursionError:
+        raise UserError(f"{path}{at}: JSON nested too deeply to read") from None
+    except ValueError as e:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise UserError(f"{path}{at}: unreadable JSON ({str(e).splitlines()[0]})") from None
+
+
+def read_json(path: Path) -> Any:
+    """A whole JSON file; bad JSON is a :class:`UserError` naming the file (see :func:`decode_json`)."""
+    return decode_json(read_utf8(path), path)
 
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[int, Any]]:
     rows = []
     for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a string
         if line.strip():
-            try:
-                rows.append((n, json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path} line {n} column {e.colno}: malformed JSON ({e.msg})") from None
+            rows.append((n, decode_json(line, path, n)))
     return rows
+
+
+def load_saved_dataset(root: Path):
+    """The DatasetDict ``save_to_disk`` wrote to ``root``; an unreadable one is one line."""
+    datasets = _datasets_module()
+    try:
+        return datasets.load_from_disk(str(root))
+    except Exception as e:  # noqa: BLE001 - missing shards, bad JSON, arrow errors: all mean "not readable"
+        why = (str(e).splitlines() or [""])[0] or type(e).__name__
+        raise UserError(f"{root}: not a readable save_to_disk DatasetDict ({why})") from None
 
 
 def _numbered_rows(path: Path) -> tuple[str, list[tuple[int, Any]]]:
@@ -143,7 +168,7 @@ def read_local_splits(root: Path, check: RowCheck | None = None) -> dict[str, li
     ``{"all": rows}``; an empty answer means nothing readable was found.
     """
     if (root / "dataset_dict.json").exists():
-        dd = _datasets_module().load_from_disk(str(root))
+        dd = load_saved_dataset(root)
         return {name: check_rows(enumerate(dd[name], 1), check, f"{root / name}") for name in dd}
     out = {s: read_records(p, check) for s in SPLIT_NAMES if (p := split_file(root, s)) is not None}
     if out:

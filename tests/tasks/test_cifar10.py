@@ -2,6 +2,9 @@
 ``img`` / ``label``), every Table 1 CNN built from the loaded data, the error messages."""
 
 import pickle
+import re
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +100,157 @@ def test_missing_data_messages(tmp_path):
     with pytest.raises(UserError) as e:  # tests run with HF_HUB_OFFLINE=1 and an empty cache
         Cifar10(Cifar10Config(hf_id="no-such-org/no-such-cifar")).load()
     assert "\n" not in str(e.value) and "hub cannot be reached" in str(e.value) and "uoft-cs/cifar10" in str(e.value)
+
+
+# ------------------------------------------------------------ what a batch file may hold
+class MarkerOnLoad:
+    """Unpickling this object would create ``path`` (standing for any code a pickle can run)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def rewrite(path: Path, edit, protocol=pickle.DEFAULT_PROTOCOL):
+    with open(path, "rb") as f:
+        blob = pickle.load(f)
+    with open(path, "wb") as f:
+        pickle.dump(edit(blob), f, protocol=protocol)
+
+
+def one_line_error(root) -> str:
+    with pytest.raises(UserError) as e:
+        Cifar10(Cifar10Config(data_dir=str(root))).load()
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("file", ["data_batch_2", "test_batch", "batches.meta"])
+def test_a_pickle_that_would_run_code_is_refused_without_running_it(tmp_path, file):
+    root = write_batches(tmp_path / "c")
+    marker = tmp_path / "ran"
+    rewrite(root / "cifar-10-batches-py" / file, lambda b: {**b, b"extra": MarkerOnLoad(marker)})
+    msg = one_line_error(root)
+    assert not marker.exists()
+    assert f"{file} is not a CIFAR python batch: it names io.open" in msg
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_every_pickle_protocol_of_a_real_batch_still_loads(tmp_path, protocol):
+    root = write_batches(tmp_path / "c")
+    folder = root / "cifar-10-batches-py"
+    for name in ("data_batch_1", "test_batch", "batches.meta"):
+        rewrite(folder / name, lambda b: b, protocol)
+    rewrite(folder / "data_batch_4", lambda b: {**b, b"extra": 1.5})  # a float: no real batch has one
+    assert "data_batch_4 is not a CIFAR python batch: it holds a float" in one_line_error(root)
+    rewrite(folder / "data_batch_4", lambda b: {k: v for k, v in b.items() if k != b"extra"})
+    data = Cifar10(Cifar10Config(data_dir=str(root))).load()
+    assert data.train.images[:3].flatten().tolist() == images(3, 1)[0].transpose(0, 3, 1, 2).flatten().tolist()
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda b: {**b, b"labels": b[b"labels"][:-1] + [10]}, r"data_batch_3: labels\[2\] = 10 is not a class id in "
+                                                          r"0..9 \(the 10 classes of .*batches.meta\)"),
+    (lambda b: {**b, b"labels": [-1] + b[b"labels"][1:]}, r"data_batch_3: labels\[0\] = -1 is not a class id"),
+    (lambda b: {**b, b"labels": [10 ** 30] * 3}, r"labels\[0\] = 1000000000000000000000000000000 is not"),
+    (lambda b: {**b, b"labels": b[b"labels"][:2]}, "data_batch_3 has 3 images but 2 labels"),
+    (lambda b: {**b, b"data": b[b"data"][:, :100]}, r"'data' must be a uint8 array of shape \(N, 3072\), got a uint8 "
+                                                    r"array of shape \(3, 100\)"),
+    (lambda b: {**b, b"data": b[b"data"].astype(np.int64) + 1000}, "must be a uint8 array"),
+    (lambda b: {**b, b"data": np.array([b"x", 1], dtype=object)}, "it holds a numpy array of dtype object"),
+    (lambda b: {k: v for k, v in b.items() if k != b"labels"}, "data_batch_3 has no 'labels' entry"),
+    (lambda b: [b], "it holds a list, not a dict"),
+])
+def test_a_malformed_batch_is_one_line_naming_the_file_and_entry(tmp_path, edit, expected):
+    root = write_batches(tmp_path / "c")
+    rewrite(root / "cifar-10-batches-py" / "data_batch_3", edit)
+    assert re.search(expected, one_line_error(root))
+
+
+def test_without_a_meta_file_labels_are_checked_against_cifar10s_ten_classes(tmp_path):
+    root = write_batches(tmp_path / "c")
+    folder = root / "cifar-10-batches-py"
+    (folder / "batches.meta").unlink()
+    rewrite(folder / "test_batch", lambda b: {**b, b"labels": [0, 1, 2, 10]})
+    assert re.search(r"test_batch: labels\[3\] = 10 is not a class id in 0..9 \(the 10 classes of CIFAR-10\)",
+                     one_line_error(root))
+
+
+def test_a_bad_meta_file_or_truncated_batch_is_one_line(tmp_path):
+    root = write_batches(tmp_path / "c")
+    folder = root / "cifar-10-batches-py"
+    rewrite(folder / "batches.meta", lambda b: {b"label_names": [b"cat", b"\xff\xfe"]})
+    assert re.search(r"batches.meta: label_names\[1\] is not UTF-8 text", one_line_error(root))
+    rewrite(folder / "batches.meta", lambda b: {b"label_names": 3})
+    assert "'label_names' must be a non-empty list of names" in one_line_error(root)
+    (folder / "batches.meta").unlink()
+    (folder / "data_batch_5").write_bytes((folder / "data_batch_5").read_bytes()[:200])
+    assert "data_batch_5 is not a CIFAR python batch" in one_line_error(root)
+
+
+# ------------------------------------------------------------ a save_to_disk folder's rows
+def write_hf(root: Path, train_images, train_labels, label_feature=None) -> Path:
+    """A save_to_disk DatasetDict whose train split holds the given images (PIL images or
+    stored ``{"bytes", "path"}`` cells) and labels; the test split is valid."""
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    feats = datasets.Features({"img": datasets.Image(), "label": label_feature or datasets.ClassLabel(names=NAMES)})
+    x, y = images(4, 1)
+    splits = {"train": datasets.Dataset.from_dict({"img": train_images, "label": train_labels}, features=feats),
+              "test": datasets.Dataset.from_dict({"img": [Image.fromarray(a) for a in x], "label": y.tolist()},
+                                                 features=feats)}
+    datasets.DatasetDict(splits).save_to_disk(str(root))
+    return root
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` RGB pixels (and holds almost no data)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def hf_case(case: str):
+    from PIL import Image
+
+    datasets = pytest.importorskip("datasets")
+    good = [Image.fromarray(a) for a in images(3, 0)[0]]
+    bomb = {"bytes": png_header(20_000, 20_000), "path": None}  # beyond twice PIL's limit: PIL refuses to open it
+    big = {"bytes": png_header(10_000, 10_000), "path": None}  # PIL would only warn; the size check refuses it
+    return {  # case -> (train images, train labels, label feature or None, message)
+        "label beyond the names": (good, [0, 1, 10], datasets.Value("int64"),
+                                   r"train row 3: label 10 is not a class id in 0\.\.9 \(cifar10's 10 classes\)"),
+        "no label (-1)": (good, [0, -1, 2], None,
+                          r"train row 2: label -1 is not a class id in 0\.\.9 \(the 10 names of column 'label'\)"),
+        "1x1 images": ([Image.new("RGB", (1, 1))] * 3, [0, 1, 2], None,
+                       r"train row 1: unreadable image \(a 1x1 image; this dataset's are 32x32\)"),
+        "decompression bomb": (good[:2] + [bomb], [0, 1, 2], None,
+                               r"train row 3: unreadable image \(Image size \(400000000 pixels\) exceeds limit"),
+        "huge header": ([big] + good[1:], [0, 1, 2], None,
+                        r"train row 1: unreadable image \(a 10000x10000 image; this dataset's are 32x32\)"),
+        "not an image": (good[:1] + [{"bytes": b"GIF89a nope", "path": None}] + good[2:], [0, 1, 2], None,
+                         r"train row 2: unreadable image \(cannot identify image file"),
+        # datasets cannot load a split saved with no rows (no shards); either way, one line
+        "empty split": ([], [], None,
+                        r"(the train split of .* has no rows|hf: not a readable save_to_disk DatasetDict)"),
+    }[case]
+
+
+@pytest.mark.parametrize("case", ["label beyond the names", "no label (-1)", "1x1 images", "decompression bomb",
+                                  "huge header", "not an image", "empty split"])
+def test_every_row_of_a_save_to_disk_folder_is_checked(tmp_path, case):
+    imgs, labels, feature, message = hf_case(case)
+    root = write_hf(tmp_path / "hf", imgs, labels, feature)
+    assert re.search(message, one_line_error(root))
+
+
+def test_a_broken_save_to_disk_folder_is_one_line(tmp_path):
+    root = tmp_path / "hf"
+    root.mkdir()
+    (root / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
+    assert one_line_error(root).startswith(f"{root}: not a readable save_to_disk DatasetDict (")

@@ -2,6 +2,7 @@
 the original ``cifar-100-python`` pickles, end to end through Experiment."""
 
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -91,3 +92,53 @@ def test_missing_data_messages(tmp_path):
     with pytest.raises(UserError) as e:  # tests run with HF_HUB_OFFLINE=1 and an empty cache
         Cifar100(Cifar100Config(model="vit_tiny_test", hf_id="no-such-org/no-such-cifar")).load()
     assert "\n" not in str(e.value) and "hub cannot be reached" in str(e.value)
+
+
+# ------------------------------------------------------------ what a pickle file may hold
+class MarkerOnLoad:
+    """Unpickling this object would create ``path`` (standing for any code a pickle can run)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def rewrite(path: Path, edit):
+    with open(path, "rb") as f:
+        blob = pickle.load(f)
+    with open(path, "wb") as f:
+        pickle.dump(edit(blob), f)
+
+
+def one_line_error(root) -> str:
+    with pytest.raises(UserError) as e:
+        Cifar100(Cifar100Config(data_dir=str(root), model="vit_tiny_test")).load()
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("file", ["train", "test", "meta"])
+def test_a_pickle_that_would_run_code_is_refused_without_running_it(tmp_path, file):
+    root = write_python_folder(tmp_path / "c")
+    marker = tmp_path / "ran"
+    rewrite(root / "cifar-100-python" / file, lambda b: {**b, b"extra": [MarkerOnLoad(marker)]})
+    msg = one_line_error(root)
+    assert not marker.exists()
+    assert f"cifar-100-python/{file} is not a CIFAR python batch: it names io.open" in msg
+
+
+def test_fine_labels_are_checked_against_the_meta_class_list(tmp_path):
+    root = write_python_folder(tmp_path / "c")
+    folder = root / "cifar-100-python"
+    rewrite(folder / "test", lambda b: {**b, b"fine_labels": b[b"fine_labels"][:-1] + [5]})
+    assert re.search(r"cifar-100-python/test: labels\[9\] = 5 is not a class id in 0..4 \(the 5 classes of "
+                     r".*cifar-100-python/meta\)", one_line_error(root))
+    (folder / "meta").unlink()  # without it, CIFAR-100's 100 classes bound the labels
+    assert Cifar100(Cifar100Config(data_dir=str(root), model="vit_tiny_test")).load().n_classes == 6
+    rewrite(folder / "train", lambda b: {**b, b"fine_labels": [100] + b[b"fine_labels"][1:]})
+    assert re.search(r"labels\[0\] = 100 is not a class id in 0..99 \(the 100 classes of CIFAR-100\)",
+                     one_line_error(root))
+    rewrite(folder / "train", lambda b: {**b, b"data": b[b"data"][:0], b"fine_labels": []})
+    assert "cifar-100-python/train holds no images" in one_line_error(root)

@@ -41,7 +41,8 @@ def write_dolly(root: Path, rows=None) -> Path:
 def task(root, **kw):
     kw.setdefault("seq_len", 48)
     kw.setdefault("max_new_tokens", 8)
-    return Dolly(DollyConfig(data_dir=str(root), model="tiny-llama", **kw))
+    kw.setdefault("model", "tiny-llama")
+    return Dolly(DollyConfig(data_dir=str(root), **kw))
 
 
 def test_fedavg_two_rounds_reports_rouge_l(tmp_path):
@@ -203,13 +204,13 @@ def test_lm_backbone_is_the_same_for_every_run_seed(tmp_path):
 
 
 def test_second_load_hits_the_cache_and_seq_len_misses(tmp_path, monkeypatch):
-    from fedbench.tasks.instructions import InstructionTask
+    from fedbench.tasks import instructions
 
     root = write_dolly(tmp_path / "d")
     calls = []
-    tokenize = InstructionTask.tokenize
-    monkeypatch.setattr(InstructionTask, "tokenize", lambda self, *a: calls.append(self.config.seq_len)
-                        or tokenize(self, *a))
+    encode = instructions.encode_pairs
+    monkeypatch.setattr(instructions, "encode_pairs", lambda tok, p, r, chat, seq_len, wp: calls.append(seq_len)
+                        or encode(tok, p, r, chat, seq_len, wp))
     first = task(root).load()
     again = task(root).load()
     assert calls == [48, 48]
@@ -263,3 +264,35 @@ def test_smollm2_alias_generates(tmp_path):
     assert t.use_chat(data.info["tokenizer"])  # SmolLM2-Instruct ships a chat template
     preds, refs = t.predictions(bundle.model.eval(), data.test, torch.device("cpu"))
     assert len(preds) == 4 and any(p for p in preds)
+
+
+# --------------------------------------------------------------- the model's size limits
+def write_small_llama(folder: Path, positions: int) -> Path:
+    """A local HF causal-LM folder (2 Llama layers, ``positions`` positions) and its
+    word-level tokenizer, which states no length limit of its own."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from fedbench.tasks.models import word_tokenizer
+
+    tok = word_tokenizer([r["instruction"] + " " + r["response"] for r in dolly_rows(2)], 200, lm=True)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=positions,
+                      tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    tok.save_pretrained(folder)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("seq_len,max_new,message", [
+    (48, 32, "bad value 32 for task.max_new_tokens: --model {m} after seq_len=48 (64 positions) holds at most 16 "
+             "tokens"),
+    (80, 8, "bad value 80 for task.seq_len: --model {m} (64 positions, one left to generate) holds at most 63 tokens"),
+])
+def test_sequences_beyond_the_models_positions_are_refused_before_training(tmp_path, seq_len, max_new, message):
+    root, model = write_dolly(tmp_path / "d"), str(write_small_llama(tmp_path / "lm", 64))
+    t = task(root, model=model, seq_len=seq_len, max_new_tokens=max_new)
+    with pytest.raises(UserError) as e:
+        t.build_model(t.load())
+    assert str(e.value) == message.format(m=model)
+    fits = task(root, model=model, seq_len=48, max_new_tokens=16)
+    assert fits.build_model(fits.load()).n_layers == 2

@@ -1,4 +1,6 @@
-"""domainnet: the DomainNet folder layout (split files), end to end through Experiment.
+"""domainnet: the DomainNet folder layout (split files), end to end through Experiment;
+what the folder may hold (paths that stay inside --data-dir, labels of classes.txt, UTF-8
+text, image headers read before decoding), each problem one line naming file and line.
 
 The fixture is written at test time in the official on-disk format:
 ``<domain>/<class>/<file>`` plus ``<domain>_train.txt`` / ``<domain>_test.txt`` lines
@@ -6,6 +8,9 @@ The fixture is written at test time in the official on-disk format:
 through the same loader when present.
 """
 
+import os
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +186,121 @@ def test_pacs_fedra_rounds(tmp_path):
     res = rec["results"]
     assert set(res["per_domain"]) == {"art_painting", "cartoon", "photo", "sketch"}
     assert all(0.0 <= v <= 1.0 for v in res["per_domain"].values())
+
+
+# ------------------------------------------------------------------ what the folder may hold
+def one_line_error(root, **kw) -> str:
+    with pytest.raises(UserError) as e:
+        task(root, **kw).load()
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def set_line(split_file: Path, n: int, text: str) -> None:
+    lines = split_file.read_text().splitlines()
+    lines[n - 1] = text
+    split_file.write_text("\n".join(lines) + "\n")
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` RGB pixels (and holds almost no data)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+# ------------------------------------------------------------------ paths leaving the data folder
+@pytest.mark.parametrize("how", ["dot-dot", "absolute", "symlinked file", "symlinked folder"])
+def test_a_split_file_path_leading_outside_the_data_folder_is_refused(tmp_path, how):
+    root = write_domainnet(tmp_path / "data")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    real = root / "real" / "airplane"
+    (outside / "x.jpg").write_bytes(next(real.iterdir()).read_bytes())  # a valid image, just not ours
+    rel = {"dot-dot": "real/../../elsewhere/x.jpg", "absolute": str(outside / "x.jpg"),
+           "symlinked file": "real/airplane/link.jpg", "symlinked folder": "real/escape/x.jpg"}[how]
+    if how == "symlinked file":
+        os.symlink(outside / "x.jpg", real / "link.jpg")
+    if how == "symlinked folder":
+        os.symlink(outside, root / "real" / "escape")
+    set_line(root / "real_train.txt", 3, f"{rel} 1")
+    msg = one_line_error(root)
+    assert msg == f"domainnet: {root / 'real_train.txt'} line 3 names {rel!r}, which is outside the data folder {root}"
+
+
+def test_symlinks_are_judged_by_where_they_lead(tmp_path):
+    root = write_domainnet(tmp_path / "data")
+    lines = (root / "real_train.txt").read_text().splitlines()
+    first, second, third = (line.rsplit(maxsplit=1)[0] for line in lines[:3])
+    os.symlink(root / Path(first).parent, root / "real" / "alias")  # an alias folder inside root
+    os.symlink(tmp_path, root / "real" / "up")  # leads out of root (and back in through data/)
+    set_line(root / "real_train.txt", 1, f"real/alias/{Path(first).name} 0")
+    set_line(root / "real_train.txt", 2, f"real/../{second} 0")  # '..' that stays inside
+    set_line(root / "real_train.txt", 3, f"real/up/data/{third} 0")  # out and back in: inside
+    assert len(task(root).load().train) == 3 * 3 * 4
+    (tmp_path / "x.jpg").write_bytes((root / third).read_bytes())
+    set_line(root / "real_train.txt", 3, "real/up/x.jpg 0")
+    assert "line 3 names 'real/up/x.jpg', which is outside the data folder" in one_line_error(root)
+    os.symlink(root / "clipart", root / "real" / "airplane" / "x.jpg")  # a folder, not a file
+    set_line(root / "real_train.txt", 3, "real/airplane/x.jpg 1")
+    assert "line 3 names 'real/airplane/x.jpg', which is not a file under" in one_line_error(root)
+
+
+# ------------------------------------------------------------------ labels and text files
+def test_labels_are_checked_against_classes_txt(tmp_path):
+    root = write_domainnet(tmp_path / "data")
+    (root / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    set_line(root / "painting_test.txt", 2, "painting/airplane/painting_001_000000.jpg 99")
+    assert one_line_error(root) == (f"{root / 'painting_test.txt'} line 2: label 99 is not a class id in 0..2 "
+                                    f"(the 3 classes of {root / 'classes.txt'})")
+    set_line(root / "painting_test.txt", 2, "painting/airplane/painting_001_000000.jpg -1")
+    assert one_line_error(root).startswith(f"{root / 'painting_test.txt'} line 2: label -1 is not a class id")
+    (root / "classes.txt").unlink()  # no class list: a label is still bounded
+    set_line(root / "painting_test.txt", 2, f"painting/airplane/painting_001_000000.jpg {10 ** 30}")
+    assert one_line_error(root).endswith(f"is not a class id in 0..99999 (below 100000 without a classes.txt)")
+
+
+@pytest.mark.parametrize("file", ["clipart_train.txt", "classes.txt"])
+def test_a_split_or_class_file_that_is_not_utf8_is_one_line(tmp_path, file):
+    root = write_domainnet(tmp_path / "data")
+    (root / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    path = root / file
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\n\xff\xfe", 1))
+    assert one_line_error(root).startswith(f"{path} line 2: not UTF-8 text")
+
+
+def test_a_huge_line_is_echoed_short(tmp_path):
+    root = write_domainnet(tmp_path / "data")
+    set_line(root / "real_test.txt", 1, "x" * 100_000)
+    msg = one_line_error(root)
+    assert msg.startswith(f"{root / 'real_test.txt'} line 1: expected '<relative path> <integer label>'")
+    assert len(msg) < 400
+
+
+# ------------------------------------------------------------------ images decoded while training
+@pytest.mark.parametrize("side", [10_000, 100_000])
+def test_a_decompression_bomb_header_is_refused_before_decoding(tmp_path, side):
+    root = write_domainnet(tmp_path / "data", ext=".png")
+    data = task(root).load()
+    path = root / data.train.paths[3]
+    path.write_bytes(png_header(side, side))
+    with pytest.raises(UserError) as e:
+        data.train[3]
+    msg = str(e.value)
+    assert msg.startswith(f"unreadable image {path}: ") and "\n" not in msg
+    assert f"{side}x{side}" in msg or "decompression bomb" in msg
+    assert msg.endswith(f"(listed at {root / 'clipart_train.txt'} line 4)")
+
+
+def test_an_image_that_fails_while_training_ends_the_run_failed_naming_its_line(tmp_path):
+    root = write_domainnet(tmp_path / "data", per_class=4)
+    bad = (root / "real_train.txt").read_text().splitlines()[1].rsplit(maxsplit=1)[0]
+    (root / bad).write_bytes(b"GIF89a not really")  # a file, so the listing check passes
+    run = dict(setting="domain", rounds=1, batch_size=4, measure_flops=False, out=str(tmp_path / "out"))
+    rec, _ = Experiment("fedavg", "domainnet", run, task_config=dict(data_dir=str(root), model="vit_tiny_test",
+                                                                           img_size=16)).run()
+    assert rec["status"] == "failed"
+    assert rec["error"].startswith(f"unreadable image {root / bad}: ")
+    assert rec["error"].endswith(f"(listed at {root / 'real_train.txt'} line 2)")

@@ -2,6 +2,7 @@
 CNNs on 1- and 3-channel inputs, the error messages, and the real files (slow)."""
 
 import gzip
+import re
 import struct
 from pathlib import Path
 
@@ -135,3 +136,48 @@ def test_real_files():
     assert abs(x.mean().item() - 0.2860) < 1e-3 and abs(x.std().item() - 0.3530) < 1e-3
     b = data.test.batch(np.arange(8))
     assert task.build_model(data, "cnn5").model(b["x"]).shape == (8, 10)
+
+
+def fm_error(root) -> str:
+    with pytest.raises(UserError) as e:
+        FashionMnist(FashionMnistConfig(data_dir=str(root))).load()
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def test_a_corrupt_gzip_is_one_line_naming_the_file(tmp_path):
+    root = write_idx_folder(tmp_path / "fm", gz=True, n_train=40)
+    path = root / "train-images-idx3-ubyte.gz"
+    blob = bytearray(path.read_bytes())
+    blob[12:32] = bytes(b ^ 0x5A for b in blob[12:32])  # damage the first deflate block, keep the gzip header
+    path.write_bytes(bytes(blob))
+    assert fm_error(root).startswith(f"fashion_mnist: cannot read {path} (")
+
+
+@pytest.mark.parametrize("dims,expected", [
+    ((-1, 28, 28), r"header dims \(-1, 28, 28\) are not those of a Fashion-MNIST file"),
+    ((2 ** 30, 28, 28), r"header dims \(1073741824, 28, 28\) are not those of a Fashion-MNIST file \(at most "
+                        r"1073741824 bytes\)"),
+])
+def test_a_header_announcing_an_impossible_size_is_refused_before_reading_on(tmp_path, dims, expected):
+    root = write_idx_folder(tmp_path / "fm", gz=True)
+    path = root / "train-images-idx3-ubyte.gz"
+    path.write_bytes(gzip.compress(bytes([0, 0, 8, 3]) + struct.pack(">3i", *dims) + b"\0" * 64))
+    assert re.search(expected, fm_error(root))
+
+
+def test_labels_outside_the_ten_classes_name_the_file_and_item(tmp_path):
+    root = write_idx_folder(tmp_path / "fm", gz=False)
+    y = np.arange(5, dtype=np.uint8) % 10
+    y[3] = 200
+    (root / "t10k-labels-idx1-ubyte").write_bytes(idx_bytes(y))
+    assert fm_error(root) == (f"fashion_mnist: {root / 't10k-labels-idx1-ubyte'}: labels[3] = 200 is not a class id "
+                              f"in 0..9 (Fashion-MNIST's 10 classes)")
+
+
+@pytest.mark.parametrize("shape", [(12, 1, 1), (0, 28, 28), (12, 28, 27)])
+def test_images_that_are_not_fashion_mnist_sized_are_refused(tmp_path, shape):
+    root = write_idx_folder(tmp_path / "fm", gz=False)
+    (root / "train-images-idx3-ubyte").write_bytes(idx_bytes(np.zeros(shape, np.uint8)))
+    assert fm_error(root) == (f"fashion_mnist: {root / 'train-images-idx3-ubyte'} holds {shape[0]} images of "
+                              f"{shape[1]}x{shape[2]} pixels; Fashion-MNIST's are 28x28, and a split needs at least one")

@@ -106,6 +106,23 @@ BAD_INPUT = {  # case -> (file name, content as bytes, what the message must say
                               r"label_names\.json line 2 column \d+: malformed JSON"),
     "label names not a list": ("label_names.json", b'{"0": "mit"}',
                                r"label_names\.json: expected a JSON list of strings, got object"),
+    "label names empty": ("label_names.json", b'[]', r"label_names\.json: expected a JSON list of strings, got an "
+                                                    r"empty list"),
+    "deeply nested row": ("train.jsonl", (GOOD + '{"text": "a", "label": 0, "x": ' + "[" * 100_000 + "]" * 100_000
+                                          + "}\n").encode(), r"train\.jsonl line 2: JSON nested too deeply to read"),
+    "huge integer": ("train.jsonl", (GOOD + '{"text": "a", "label": 1' + "0" * 5000 + "}\n").encode(),
+                     r"train\.jsonl line 2: unreadable JSON \(Exceeds the limit \(4300 digits\)"),
+    "deeply nested json list": ("train.json", ("[" * 100_000 + "]" * 100_000).encode(),
+                                r"train\.json: JSON nested too deeply to read"),
+    "label names deeply nested": ("label_names.json", ("[" * 50_000).encode(),
+                                  r"label_names\.json: JSON nested too deeply to read"),
+    "negative label": ("train.jsonl", (GOOD + '{"text": "a", "label": -1}\n').encode(),
+                       r"train\.jsonl line 2: label -1 is not a class id in 0\.\.99999 \(below 100000 without a class "
+                       r"list\)"),
+    "huge label": ("train.jsonl", (GOOD + '{"text": "a", "label": 100000000000000000000}\n').encode(),
+                   r"train\.jsonl line 2: label 100000000000000000000 is not a class id"),
+    "broken save_to_disk folder": ("dataset_dict.json", b'{"splits": ["train", "test"]}',
+                                   r": not a readable save_to_disk DatasetDict \("),
 }
 
 
@@ -120,6 +137,37 @@ def test_bad_input_names_file_and_line(tmp_path, case):
         Ledgar(LedgarConfig(data_dir=str(tmp_path), model="tiny-bert")).load()
     assert "\n" not in str(e.value) and str(tmp_path) in str(e.value)
     assert "coastalcph" not in str(e.value)
+
+
+@pytest.mark.parametrize("split,line", [("train", 7), ("test", 2)])
+def test_labels_are_checked_against_the_label_names(tmp_path, split, line):
+    root = write_ledgar(tmp_path / "l")
+    path = root / f"{split}.jsonl"
+    rows = path.read_text().splitlines()
+    rows[line - 1] = json.dumps({"text": "a clause", "label": len(LABELS)})
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(UserError) as e:
+        Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert")).load()
+    assert str(e.value) == (f"{path} line {line}: label 4 is not a class id in 0..3 (the 4 names of "
+                            f"{root / 'label_names.json'})")
+    (root / "label_names.json").unlink()
+    (root / "labels.txt").write_text("\n".join(LABELS[:3]) + "\n")  # three names: train line 4 has label 3
+    with pytest.raises(UserError, match=r"train\.jsonl line 4: label 3 is not a class id in 0\.\.2 \(the 3 names of "
+                                        r".*labels\.txt\)$"):
+        Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert")).load()
+
+
+def test_a_data_file_that_is_not_a_regular_file_is_refused_unread(tmp_path):
+    """A device or a pipe could feed bytes forever or block: refused before any read."""
+    root = write_ledgar(tmp_path / "l")
+    (root / "label_names.json").unlink()
+    os.symlink("/dev/null", root / "labels.txt")
+    with pytest.raises(UserError, match=rf"^cannot read {root / 'labels.txt'}: not a regular file$"):
+        Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert")).load()
+    (root / "labels.txt").unlink()
+    os.mkfifo(root / "label_names.json")  # nobody writes: reading it would block forever
+    with pytest.raises(UserError, match=r"label_names\.json: not a regular file$"):
+        Ledgar(LedgarConfig(data_dir=str(root), model="tiny-bert")).load()
 
 
 def test_build_model_is_stateless_and_rejects_other_archs(tmp_path):
@@ -222,3 +270,37 @@ def test_licenses_minilm_beats_majority_class(tmp_path):
     majority = np.bincount(runner.data.train_labels).argmax()
     baseline = classification_result("macro_f1", np.full_like(y, majority), y, None, None).value
     assert rec["results"]["final"] > 2 * baseline  # majority-class macro-F1 is about 0.0075 here
+
+
+# --------------------------------------------------------------- the model's size limits
+def write_small_bert(folder: Path, positions: int) -> Path:
+    """A local HF encoder folder (2 BERT layers, ``positions`` position embeddings) and its
+    word-level tokenizer, which states no length limit of its own."""
+    from transformers import BertConfig, BertModel
+
+    from fedbench.tasks.models import word_tokenizer
+
+    tok = word_tokenizer(WORDS.values(), 64, lm=False)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=positions)
+    tok.save_pretrained(folder)
+    BertModel(cfg, add_pooling_layer=False).save_pretrained(folder)
+    return folder
+
+
+def test_seq_len_beyond_the_models_positions_is_refused_before_training(tmp_path):
+    root, model = write_ledgar(tmp_path / "l"), str(write_small_bert(tmp_path / "bert", 64))
+    task = Ledgar(LedgarConfig(data_dir=str(root), model=model, seq_len=100))
+    with pytest.raises(UserError) as e:
+        task.build_model(task.load())
+    assert str(e.value) == f"bad value 100 for task.seq_len: --model {model} holds at most 64 tokens"
+    fits = Ledgar(LedgarConfig(data_dir=str(root), model=model, seq_len=64))
+    assert fits.build_model(fits.load()).n_layers == 2
+
+
+@needs_minilm
+def test_seq_len_beyond_what_the_tokenizer_reads_is_refused_at_load(tmp_path):
+    task = Ledgar(LedgarConfig(data_dir=str(write_ledgar(tmp_path / "l")), model="minilm-l6", seq_len=1024))
+    with pytest.raises(UserError, match=r"^bad value 1024 for task\.seq_len: the tokenizer of --model minilm-l6 "
+                                        r"holds at most 512 tokens$"):
+        task.load()

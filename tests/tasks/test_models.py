@@ -131,15 +131,30 @@ def test_cache_is_atomic_keyed_and_can_be_switched_off(tmp_path, monkeypatch):
         return {"ids": torch.arange(6, dtype=torch.int32).reshape(2, 3)}
 
     monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path / "c"))
-    a = cache.cached_tensors("t", {"seq_len": 3}, encode)
-    b = cache.cached_tensors("t", {"seq_len": 3}, encode)
+    a = cache.cached_tensors("t", {"seq_len": 3}, 2, encode)
+    b = cache.cached_tensors("t", {"seq_len": 3}, 2, encode)
     assert len(calls) == 1 and torch.equal(a["ids"], b["ids"]) and b["ids"].dtype == torch.int32
     assert [p.suffix for p in (tmp_path / "c" / "encoded").iterdir()] == [".pt"]  # no temporary file left
-    cache.cached_tensors("t", {"seq_len": 4}, encode)
+    cache.cached_tensors("t", {"seq_len": 4}, 2, encode)
     assert len(calls) == 2
     monkeypatch.setenv("FEDBENCH_CACHE", "off")
-    cache.cached_tensors("t", {"seq_len": 3}, encode)
+    cache.cached_tensors("t", {"seq_len": 3}, 2, encode)
     assert len(calls) == 3
+
+
+def test_a_cache_entry_of_the_wrong_shape_is_encoded_again(tmp_path, monkeypatch):
+    """An entry that does not hold one row per example (a foreign or tampered file under the
+    key) is a miss: the data are encoded again, never taken from it."""
+    from fedbench.tasks import cache
+
+    monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path / "c"))
+    fresh = {"ids": torch.arange(6).reshape(2, 3)}
+    cache.cached_tensors("t", {"seq_len": 3}, 2, lambda: fresh)
+    entry = next((tmp_path / "c" / "encoded").iterdir())
+    for planted in ({"ids": torch.zeros(5, 3)}, {"ids": torch.tensor(7)}, {"ids": torch.zeros(2, 3), "x": [1]}):
+        torch.save(planted, entry)
+        got = cache.cached_tensors("t", {"seq_len": 3}, 2, lambda: fresh)
+        assert got.keys() == fresh.keys() and torch.equal(got["ids"], fresh["ids"])
 
 
 def test_tokenizer_fingerprint_ignores_encoding_calls_but_not_the_vocabulary():

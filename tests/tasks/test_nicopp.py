@@ -1,6 +1,7 @@
 """nicopp: a NICO++-layout folder (``<domain>/<class>/<file>``, no split files) through
 the shared multi-domain loader: seeded split, aligned domains, end-to-end rounds."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -88,3 +89,11 @@ def test_corrupt_image_found_while_training_names_the_file(tmp_path):
     i = data.train.paths.index("dim/bird/3.png")
     with pytest.raises(UserError, match=r"unreadable image .*dim/bird/3\.png"):
         data.train[i]
+
+
+def test_a_scanned_image_linked_from_outside_is_refused(tmp_path):
+    root = write_nicopp(tmp_path / "data")
+    (tmp_path / "secret.png").write_bytes((root / "dim" / "bird" / "1.png").read_bytes())
+    os.symlink(tmp_path / "secret.png", root / "dim" / "bird" / "9.png")
+    with pytest.raises(UserError, match=rf"nicopp: the scan of {root} names 'dim/bird/9\.png', which is outside"):
+        load(root)

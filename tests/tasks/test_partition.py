@@ -74,6 +74,38 @@ def test_parse_malformed(text):
     assert "valid forms" in msg and "domain+dir(a)xm" in msg and "k/Dd" in msg
 
 
+
+@pytest.mark.parametrize("spellings", [
+    ["iid", "IID", " iid", "iid\t", "Iid"],
+    ["20/1.0", "20/1", "20/1.00", "020/1.0", "20/1e0", "20/10e-1"],
+    ["dir(0.5)", "DIR(0.5)", "dir(.5)", "dir(5e-1)", "dir(0.50)"],
+    ["25/D1", "25/d1", " 25/D01 "],
+    ["domain+dir(0.5)x5", "Domain+Dir(0.50)x05"],
+    ["10/-", "010/-", "10/-  "],
+    ["domain", "DOMAIN"],
+])
+def test_every_spelling_of_a_split_has_one_canonical_form(spellings):
+    assert [P.parse_setting(s).canonical for s in spellings] == [spellings[0]] * len(spellings)
+
+
+def test_partitions_of_two_spellings_are_one_partition(data):
+    labels, _ = data
+    a, b = P.partition("IID", labels, 5, seed=0), P.partition(" iid", labels, 5, seed=0)
+    assert a.setting == b.setting == "iid" and a.fingerprint == b.fingerprint
+    assert P.partition("2/1", labels, 5, seed=0, n_classes=N_CLASSES).setting == "2/1.0"
+
+
+@pytest.mark.parametrize("text", ["domain+dir(0.5)x" + "9" * 30, "9" * 25 + "/1.0", "3/D100001", "100001/-"])
+def test_counts_in_a_setting_are_bounded(text):
+    with pytest.raises(UserError, match=r"must be in 1\.\.100000"):
+        P.parse_setting(text)
+
+
+def test_a_long_bad_setting_is_echoed_short():
+    with pytest.raises(UserError) as e:
+        P.parse_setting("x" * 10_000)
+    assert len(str(e.value)) < 300
+
 def test_n_clients_for():
     assert P.n_clients_for(P.parse_setting("domain"), 100, 6) == 6
     assert P.n_clients_for(P.parse_setting("domain+dir(0.5)x5"), None, 6) == 30

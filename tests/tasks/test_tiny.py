@@ -27,7 +27,7 @@ def test_fedavg_learns(task, cfg, rounds, floor, tmp_path):
 
 def test_tiny_data_is_fixed_and_domains_differ():
     from fedbench.config import build_config
-    from fedbench.tasks.tiny import TinyVision, TinyVisionConfig
+    from fedbench.tasks.tiny_vision import TinyVision, TinyVisionConfig
 
     t = TinyVision(build_config(TinyVisionConfig, {"n_train_per_domain": 10, "n_test_per_domain": 5}))
     a, b = t.load(), t.load()
