@@ -172,8 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args)
         if args.cmd in ("run", "sweep"):
             from fedbench.runners.commands import cmd_run, cmd_sweep
+            from fedbench.runners.signals import cancel_on_signals
 
-            return (cmd_run if args.cmd == "run" else cmd_sweep)(args)
+            with cancel_on_signals():  # a signal between runs, or after the record is written: exit 130
+                return (cmd_run if args.cmd == "run" else cmd_sweep)(args)
         return {"leaderboard": cmd_leaderboard, "plot": cmd_plot, "export": cmd_export,
                 "compare": cmd_compare}[args.cmd](args)
     except UserError as e:

@@ -82,4 +82,8 @@ def validate_run(method: str, task: str, run: Mapping[str, Any] | None, method_c
             raise UserError(f"--roc {run_cfg.roc!r} has {len(fr)} tiers but run.tier_fractions has "
                             f"{len(run_cfg.tier_fractions)} ({','.join(map(str, run_cfg.tier_fractions))}); "
                             f"set run.tier_fractions to match")
+        if run_cfg.tier_ranks is not None and len(run_cfg.tier_ranks) != len(fr):
+            raise UserError(f"--roc {run_cfg.roc!r} has {len(fr)} tiers but run.tier_ranks lists "
+                            f"{len(run_cfg.tier_ranks)} ranks ({','.join(map(str, run_cfg.tier_ranks))}); "
+                            f"give one rank per tier")
     return method_key, task_key, run_cfg, method_cfg, task_cfg

@@ -71,7 +71,7 @@ def run_sweep(runs: list[SweepRun], args, warn: Callable[[str], None]) -> int:
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be an integer >= 1; got {workers}")
     cpus = 1.0 if args.cpus_per_run is None else args.cpus_per_run
-    if cpus <= 0:
+    if not cpus > 0:  # NaN too
         raise UserError(f"--cpus-per-run must be a number > 0; got {cpus}")
     if args.gpus_per_run is not None and args.gpus_per_run < 0:
         raise UserError(f"--gpus-per-run must be a number >= 0; got {args.gpus_per_run}")

@@ -53,7 +53,7 @@ def test_describe_setting(setting, words):
 
 def test_every_documented_setting_form_is_described():
     """The examples that the partition grammar documents all get words (not only the raw string)."""
-    partition = pytest.importorskip("fedbench.tasks.partition")
+    partition = pytest.importorskip("fedbench.tasks.setting")
     examples = re.findall(r"[^\s,()]+(?:\([^)]*\)[^\s,()]*)?", partition.VALID_FORMS.split("(e.g.")[1])
     assert len(examples) >= 5
     for s in examples:

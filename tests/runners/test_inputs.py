@@ -45,6 +45,14 @@ BAD_RUN = {
     "data_dir_tiny": (["--data-dir", "/nonexistent"], "tiny_text takes no --data-dir (its data are generated)"),
     "task_list_for_int": (["--set", "task.n_train=[1,2]"], "bad value '[1,2]' for task.n_train: expected an integer"),
     "str_field_list": (["--set", "setting=[iid]"], "unknown setting '[iid]'"),
+    # values that passed validation and then crashed set-up or meant something else
+    "seed_beyond_64_bits": (["--seed", str(2**64)], "must fit in 64 bits"),
+    "seed_10000_digits": (["--set", "seed=" + "9" * 10000], "expected an integer"),
+    "threads_absurd": (["--threads", "1000000000"], "run.threads: must be an integer from 1 to 1024"),
+    "device_meta": (["--device", "meta"], "run.device: must be auto, cpu, mps, cuda or cuda:N"),
+    "lr_1e300": (["--lr", "1e300", "--optimizer", "sgd"], "run.lr: must be a number > 0 and <= 1e+06"),
+    "tier_ranks_beyond_tiers": (["--roc", "6:3:1", "--set", "tier_ranks=1,4,16,32"], "lists 4 ranks"),
+    "set_yaml_sexagesimal": (["--set", "clients=6:3:1"], "bad value '6:3:1' for run.clients: expected an integer"),
 }
 
 BAD_OTHER = {
@@ -88,6 +96,18 @@ def _one_line_error(argv, expected, capsys):
     return err
 
 
+def test_set_values_are_parsed_by_the_fields_type(tmp_path):
+    """Not YAML 1.1: ``roc=6:3:1`` stays a ratio (not the sexagesimal 21781), ``seed=010``
+    is ten (not octal 8), as on the command line."""
+    from fedbench.config import parse_overrides
+    from fedbench.runners.spec import build_spec
+
+    over = parse_overrides(["roc=6:3:1", "seed=010", "task.n_train=0300", "method.lora_r=08"])
+    spec = build_spec("fedra", "tiny_text", {**over["run"], "out": str(tmp_path)}, over["method"], over["task"])
+    assert spec.run.roc == "6:3:1" and spec.run.seed == 10 and spec.task_config.n_train == 300
+    assert spec.method_config.lora_r == 8
+
+
 @pytest.mark.parametrize("case", list(BAD_RUN))
 def test_bad_run_option(case, capsys, tmp_path):
     extra, expected = BAD_RUN[case]
@@ -110,16 +130,30 @@ def test_out_not_a_directory(where, capsys, tmp_path):
     _one_line_error(RUN + ["--out", str(out), "--no-progress"], f"output directory {out} {expected}", capsys)
 
 
+ALIAS_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"{n}: &{n} [{','.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefghijkl", "bcdefghijklm")) + "run: {rounds: 1}\n"
+
+
 @pytest.mark.parametrize("text,expected", [
     ("run: {rounds: [1\n", "is not valid YAML: line 2: "),
     ("run: 5\n", "section 'run' must be a mapping of fields, got 5"),
     ("runn: {}\n", "unknown section 'runn'"),
-], ids=["yaml", "section_type", "section_name"])
+    ("run: {rounds: 1}\nrun: {rounds: 5}\n", "duplicate key 'run'"),
+    ("run: {rounds: 1, rounds: 5}\n", "duplicate key 'rounds'"),
+    (ALIAS_BOMB, "more than 100 aliases"),
+    (b"run: {setting: \xff}\n", "is not UTF-8 text"),
+    ("[" * 100000, "is nested too deeply"),
+], ids=["yaml", "section_type", "section_name", "duplicate_section", "duplicate_key", "alias_bomb", "not_utf8",
+        "deep"])
 def test_bad_config_file(text, expected, capsys, tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(text)
+    cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
     err = _one_line_error(RUN + ["--config", str(cfg), "--no-progress"], expected, capsys)
-    assert str(cfg) in err
+    assert str(cfg) in err and len(err) < 500
+
+
+def test_config_that_is_a_directory(capsys, tmp_path):
+    _one_line_error(RUN + ["--config", str(tmp_path), "--no-progress"], "is a directory, not a YAML file", capsys)
 
 
 # ------------------------------------------------------------------------------ sweeps
@@ -145,6 +179,7 @@ BAD_PRESETS = {
                                 "key 'resources', run fedra, iid, seed 0: unknown config key run.rocc; did you mean run.roc?"),
     "run_value": ("task: tiny_text\nmethods: [fedavg, fedra]\nrun: {lr: .nan}\n",
                   "key 'run', run fedavg, iid, seed 0: bad value nan for run.lr: must be a finite number"),
+    "run_lr_huge": ("task: tiny_text\nmethods: [fedavg]\nrun: {lr: 1.0e+300}\n", "must be a number > 0 and <= 1e+06"),
     "method_config_value": ("task: tiny_text\nmethods: [fedavg, fedra]\nmethod_config: {fedra: {lora_alpha: -1}}\n",
                             "key 'method_config.fedra', run fedra, iid, seed 0: bad value -1.0 for method.lora_alpha: must be a number > 0"),
     "method_config_other_method": ("task: tiny_text\nmethods: [fedavg]\nmethod_config: {fedra: {lora_r: 2}}\n",
@@ -153,6 +188,14 @@ BAD_PRESETS = {
                           "key 'task_config', run fedavg, iid, seed 0: bad value 1 for task.n_classes: must be an integer >= 2"),
     "setting_bad": ("task: tiny_text\nmethods: [fedavg]\nsettings: [iid, dirichlet]\n", "key 'settings', run fedavg, dirichlet, seed 0: unknown setting 'dirichlet'"),
     "methods_twice": ("task: tiny_text\nmethods: [fedavg, fedavg]\n", "key 'methods' lists 'fedavg' more than once"),
+    "seeds_twice": ("task: tiny_text\nmethods: [fedavg]\nseeds: [0, 1, 0]\n" + SMALL,
+                    "run fedavg, iid, seed 0 is the same run as fedavg, iid, seed 0"),
+    "settings_one_split": ("task: tiny_text\nmethods: [fedavg]\nsettings: [iid, IID, \" iid\"]\n" + SMALL,
+                           "is the same run as fedavg, iid, seed 0"),
+    "variants_twice": ("task: tiny_text\nmethods: [fedavg]\nmethod_variants: [{lora_r: 4}, {lora_r: 4}]\n" + SMALL,
+                       "is the same run as"),
+    "seed_beyond_64_bits": (f"task: tiny_text\nmethods: [fedavg]\nseeds: [{2**64}]\n", "must fit in 64 bits"),
+    "duplicate_key": ("task: tiny_text\nmethods: [fedavg]\nmethods: [fedra]\n", "duplicate key 'methods'"),
 }
 
 
