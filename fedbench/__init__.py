@@ -13,7 +13,7 @@ typed configs, the record schema, errors) and the Python API::
 so ``import fedbench`` stays light.
 """
 
-__version__ = "0.1.0"
+from fedbench.version import __version__
 
 __all__ = ["Callback", "run", "sweep", "__version__"]
 

@@ -1,7 +1,7 @@
 """Result records on disk: paths, atomic writes, reading a tree of records.
 
 The record's shape has one definition, :mod:`fedbench.schema` (re-exported here:
-``empty_record``, ``validate_record``, ``get_field``, ``RecordError``).
+``empty_record``, ``validate_record``, ``RecordError``).
 :func:`write_record` validates strictly and writes atomically; :func:`load_records`
 reads a tree of them (invalid files are skipped with a warning). Failed and cancelled
 records may carry NaN in memory; :func:`write_record` turns it into ``null``.
@@ -25,10 +25,9 @@ from fedbench.schema import (
     SCHEMA_VERSION,
     STATUSES,
     RecordError,
-    _join,
-    _type_name,
+    join_path,
+    type_name,
     empty_record,
-    get_field,
     validate_record,
 )
 
@@ -40,7 +39,6 @@ __all__ = [
     "RecordError",
     "atomic_write_text",
     "empty_record",
-    "get_field",
     "load_records",
     "one_line",
     "prepare_out_dir",
@@ -114,7 +112,7 @@ def read_record_status(path: str | os.PathLike) -> str | None:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise RecordError(f"{path}: cannot be read ({str(err)[:200] or type(err).__name__})") from None
     if not isinstance(rec, dict):
-        raise RecordError(f"{path}: expected a JSON object, got {_type_name(rec)}")
+        raise RecordError(f"{path}: expected a JSON object, got {type_name(rec)}")
     status = rec.get("status")
     return status if isinstance(status, str) else None
 
@@ -138,10 +136,10 @@ def _to_plain(value: Any, path: str) -> Any:
             if isinstance(key, int) and not isinstance(key, bool):
                 key = str(key)
             elif not isinstance(key, str):
-                raise RecordError(f"{path or 'record'}: expected str keys, got {_type_name(key)} key {key!r}")
+                raise RecordError(f"{path or 'record'}: expected str keys, got {type_name(key)} key {key!r}")
             if key in out:
-                raise RecordError(f"{_join(path, key)}: duplicate key after converting keys to str")
-            out[key] = _to_plain(item, _join(path, key))
+                raise RecordError(f"{join_path(path, key)}: duplicate key after converting keys to str")
+            out[key] = _to_plain(item, join_path(path, key))
         return out
     if isinstance(value, (list, tuple)):
         return [_to_plain(item, f"{path}[{i}]") for i, item in enumerate(value)]

@@ -11,8 +11,8 @@ A record is the only thing leaderboards and plots read. Its shape::
     env      package versions, GPU name, threads
 
 :data:`_SCHEMA` below defines every field once; :func:`empty_record` (the skeleton a
-runner fills in), :func:`validate_record` (by hand, no jsonschema dependency) and
-:func:`get_field` (the readers) all derive from it.
+runner fills in) and :func:`validate_record` (by hand, no jsonschema dependency) derive
+from it.
 
 Conventions the validator enforces beyond "right key, right type":
 
@@ -37,7 +37,7 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "cancelled")
 PEAK_MEM_SOURCES = ("cuda", "accounted")
 
-__all__ = ["PEAK_MEM_SOURCES", "SCHEMA_VERSION", "STATUSES", "RecordError", "empty_record", "get_field",
+__all__ = ["PEAK_MEM_SOURCES", "SCHEMA_VERSION", "STATUSES", "RecordError", "empty_record",
            "validate_record"]
 
 
@@ -53,7 +53,7 @@ class RecordError(ValueError):
 #   _MapOf(spec)                 a dict with str keys, every value matching spec
 #   _ListOf(spec)                a list, every item matching spec
 # each of the last three optionally nullable. The empty record (``empty_record``), the
-# validator (``validate_record``) and the readers (``get_field``) all derive from it.
+# validator (``validate_record``) derive from it.
 
 
 class _Obj:
@@ -181,7 +181,7 @@ _SCHEMA = _Obj({
             "by_tier": _MapOf(_Obj({"down": NUM, "up": NUM, "total": NUM})),
         }),
         "traffic_mb_total": NUM_N,
-        # label -> the same traffic with the down part counted another way (Method.down_bytes_variants:
+        # label -> the same traffic with the down part counted another way (Method.traffic:
         # e.g. FLoRA's merged weights, FedRA's frozen blocks); the label says what is counted
         "traffic_alt_mb_per_client_round": _Opt(_MapOf(_Obj({
             "down": NUM_N, "up": NUM_N, "total": NUM_N,
@@ -216,7 +216,7 @@ _SCHEMA = _Obj({
 _KIND_DESC = {"int": "int", "num": "number", "str": "str", "bool": "bool", "dict": "dict", "list": "list"}
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -240,12 +240,12 @@ def _is_kind(value: Any, kind: str) -> bool:
     raise AssertionError(kind)
 
 
-def _join(path: str, key: str) -> str:
+def join_path(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
 def _expect(path: str, desc: str, nullable: bool, value: Any) -> RecordError:
-    return RecordError(f"{path}: expected {desc}{' or null' if nullable else ''}, got {_type_name(value)}")
+    return RecordError(f"{path}: expected {desc}{' or null' if nullable else ''}, got {type_name(value)}")
 
 
 def _check(value: Any, spec: Any, path: str, strict: bool = False) -> None:
@@ -271,19 +271,19 @@ def _check(value: Any, spec: Any, path: str, strict: bool = False) -> None:
     if isinstance(spec, _MapOf):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise RecordError(f"{path}: expected str keys, got {_type_name(key)} key {key!r}")
-            _check(item, spec.value, _join(path, key), strict)
+                raise RecordError(f"{path}: expected str keys, got {type_name(key)} key {key!r}")
+            _check(item, spec.value, join_path(path, key), strict)
         return
     for key, sub in spec.fields.items():
         if key not in value:
             if isinstance(sub, _Opt):
                 continue
-            raise RecordError(f"{_join(path, key)}: missing required key")
-        _check(value[key], sub, _join(path, key), strict)
+            raise RecordError(f"{join_path(path, key)}: missing required key")
+        _check(value[key], sub, join_path(path, key), strict)
     if strict:
         unknown = sorted(set(value) - set(spec.fields))
         if unknown:
-            raise RecordError(f"{_join(path, unknown[0])}: not a field of the record schema")
+            raise RecordError(f"{join_path(path, unknown[0])}: not a field of the record schema")
 
 
 def _first_nonfinite(value: Any, path: str) -> tuple[str, float] | None:
@@ -291,7 +291,7 @@ def _first_nonfinite(value: Any, path: str) -> tuple[str, float] | None:
         return path, value
     if isinstance(value, dict):
         for key, item in value.items():
-            found = _first_nonfinite(item, _join(path, str(key)))
+            found = _first_nonfinite(item, join_path(path, str(key)))
             if found:
                 return found
     elif isinstance(value, (list, tuple)):
@@ -312,7 +312,7 @@ def validate_record(rec: dict, strict: bool = False) -> None:
     no NaN or infinity.
     """
     if not isinstance(rec, dict):
-        raise RecordError(f"record: expected dict, got {_type_name(rec)}")
+        raise RecordError(f"record: expected dict, got {type_name(rec)}")
     for key in ("schema_version", "status"):
         if key not in rec:
             raise RecordError(f"{key}: missing required key")
@@ -379,25 +379,3 @@ def empty_record() -> dict:
     that only fills what it knows can always write a record, even when it fails early.
     """
     return _default(_SCHEMA)
-
-
-def get_field(rec: dict, dotted: str, default: Any = None) -> Any:
-    """``rec``'s value at ``dotted`` (e.g. ``"cost.peak_mem_gb.mean"``), or ``default``
-    where an optional key is absent. A path that the schema does not define is an error
-    (readers cannot drift from the schema)."""
-    spec, node = _SCHEMA, rec
-    for key in dotted.split("."):
-        if isinstance(spec, _Opt):
-            spec = spec.spec
-        if isinstance(spec, _Obj):
-            if key not in spec.fields:
-                raise KeyError(f"{dotted}: not a field of the record schema")
-            spec = spec.fields[key]
-        elif isinstance(spec, _MapOf):
-            spec = spec.value
-        else:
-            raise KeyError(f"{dotted}: not a field of the record schema")
-        if not isinstance(node, dict) or key not in node:
-            return default
-        node = node[key]
-    return node

@@ -85,15 +85,10 @@ def cmd_sweep(args) -> int:
         from fedbench.runners.ray_sweep import run_sweep
 
         return run_sweep(runs, args, warn)
-    done = failed = 0
+    todo, done = sweep.pending(runs, warn)
+    failed = 0
     data_cache: dict = {}
-    for i, r in enumerate(runs, 1):
-        label = f"[{i}/{len(runs)}] {r.label}"
-        path = r.spec.record_path()
-        if sweep.is_done(path, warn):
-            print(f"{label}: done ({path})")
-            done += 1
-            continue
+    for label, r in todo:
         if args.dry_run:
             print(f"{label}: to run")
             continue

@@ -1,5 +1,4 @@
-"""Where and with what a run runs: device, threads, code version, package versions, and
-the run's identity (a hash of everything that can change its result)."""
+"""Where and with what a run runs: device, threads, code version, package versions."""
 
 from __future__ import annotations
 
@@ -13,12 +12,8 @@ from typing import Any
 
 import torch
 
-import fedbench
+from fedbench import version
 from fedbench.errors import UserError
-
-#: run-config fields that cannot change a result: left out of the run id
-NOT_IN_IDENTITY = ("out", "runner", "workers", "threads", "store_memory_mb", "checkpoint_every", "keep_checkpoints")
-
 
 def resolve_device(spec: str) -> torch.device:
     if spec == "auto":
@@ -52,7 +47,7 @@ def resolve_threads(threads: int | None, tiny: bool) -> int:
 
 
 def git_info() -> tuple[str | None, bool | None]:
-    root = Path(fedbench.__file__).resolve().parent.parent
+    root = Path(version.__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
@@ -74,12 +69,3 @@ def env_info(device: torch.device, threads: int | None = None) -> dict[str, Any]
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return {"python": platform.python_version(), "torch": version("torch"), "transformers": version("transformers"),
             "peft": version("peft"), "timm": version("timm"), "gpu": gpu, "threads": threads}
-
-
-def run_identity(method: str, method_cfg: dict, task: str, task_cfg: dict, run_cfg: dict) -> str:
-    """Hash of the resolved config + seed + code version: every run-config field except
-    those in :data:`NOT_IN_IDENTITY`."""
-    run_cfg = {k: v for k, v in run_cfg.items() if k not in NOT_IN_IDENTITY}
-    blob = json.dumps({"method": method, "method_config": method_cfg, "task": task, "task_config": task_cfg,
-                       "run": run_cfg, "version": fedbench.__version__}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -17,14 +17,14 @@ def _list_sources() -> list[Path]:
     """The source files whose code can change what ``fedbench list`` prints."""
     import importlib.util
 
-    import fedbench
+    from fedbench import version
 
     files = []
     for pkg in ("fedbench.methods", "fedbench.tasks", "fedbench.runners"):
         spec = importlib.util.find_spec(pkg)  # imports fedbench only, not the package itself
         for d in (spec.submodule_search_locations or []) if spec else []:
             files += sorted(Path(d).glob("*.py"))
-    return files + sorted(Path(fedbench.__file__).parent.glob("*.py"))
+    return files + sorted(Path(version.__file__).parent.glob("*.py"))
 
 
 def _list_cache_path() -> Path | None:
@@ -32,14 +32,14 @@ def _list_cache_path() -> Path | None:
     a hash of every source file's path, size and mtime; None when it cannot be computed."""
     import hashlib
 
-    import fedbench
+    from fedbench import version
 
     if os.environ.get("FEDBENCH_NO_LIST_CACHE"):
         return None
     try:
         from fedbench.registry import plugin_entry_points
 
-        h = hashlib.sha256(f"{fedbench.__version__} {sys.version}".encode())
+        h = hashlib.sha256(f"{version.__version__} {sys.version}".encode())
         for ep in plugin_entry_points():
             h.update(f"plugin {ep.group} {ep.name} {ep.value}\n".encode())
         for f in _list_sources():

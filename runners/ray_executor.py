@@ -47,9 +47,9 @@ def runtime_env() -> dict | None:
     """Where fedbench comes from a source checkout that is not the driver's working
     directory (which Ray puts on its workers' path anyway), the workers get it on
     ``PYTHONPATH`` so they import the same code as the driver."""
-    import fedbench
+    from fedbench import version
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(fedbench.__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(version.__file__)))
     if not os.path.isfile(os.path.join(root, "pyproject.toml")) or os.path.abspath(os.getcwd()) == root:
         return None
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)

@@ -76,16 +76,11 @@ def run_sweep(runs: list[SweepRun], args, warn: Callable[[str], None]) -> int:
     if args.gpus_per_run is not None and args.gpus_per_run < 0:
         raise UserError(f"--gpus-per-run must be a number >= 0; got {args.gpus_per_run}")
 
-    todo, done = deque(), 0
-    for i, r in enumerate(runs, 1):
-        label = f"[{i}/{len(runs)}] {r.label}"
-        path = r.spec.record_path()
-        if sweep.is_done(path, warn):
-            print(f"{label}: done ({path})")
-            done += 1
-        else:  # the records directory as this process sees it, whatever the worker's directory
-            todo.append((label, dataclasses.replace(
-                r.spec, run=dataclasses.replace(r.spec.run, out=os.path.abspath(r.spec.run.out)))))
+    left, done = sweep.pending(runs, warn)
+    # the records directory as this process sees it, whatever the worker's directory
+    todo = deque((label, dataclasses.replace(r.spec, run=dataclasses.replace(r.spec.run,
+                                                                          out=os.path.abspath(r.spec.run.out))))
+                 for label, r in left)
     if not todo:
         print(f"sweep: {len(runs)} runs, {done} already done, 0 failed")
         return 0

@@ -13,7 +13,7 @@ import datetime as _dt
 from dataclasses import dataclass
 import torch
 
-import fedbench
+from fedbench.version import __version__
 from fedbench import records
 from fedbench.methods.base import Method
 from fedbench.runners.environment import env_info, git_info
@@ -53,7 +53,7 @@ def build_record(spec: RunSpec, outcome: Outcome, state: RunState | None, fed: F
         rounds=r.rounds, rounds_completed=len(logs), local_epochs=r.local_epochs, batch_size=r.batch_size,
         optimizer=r.optimizer, lr=r.lr, seed=r.seed, device=str(outcome.device), runner=r.executor,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        fedbench_version=fedbench.__version__, git_commit=commit, git_dirty=dirty,
+        fedbench_version=__version__, git_commit=commit, git_dirty=dirty,
         partition_fingerprint=fed.part.fingerprint if fed else None,
         client_tiers={str(c): int(t) for c, t in enumerate(tiers.assignment)} if tiers else {},
         tiers=tiers.describe() if tiers else [], tier_counts=tiers.counts() if tiers else {},

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import fedbench
+from fedbench.version import __version__
 from fedbench import records
 from fedbench.config import IDENTITY_ROLES, RESULT, config_to_dict, values_with_roles
 from fedbench.configs import RunConfig
@@ -93,7 +93,7 @@ class RunSpec:
         """A hash of the method and task keys, every identity field and the code version."""
         c = self.configs()
         blob = json.dumps({"method": self.method, "method_config": c["method"], "task": self.task,
-                           "task_config": c["task"], "run": c["run"], "version": fedbench.__version__},
+                           "task_config": c["task"], "run": c["run"], "version": __version__},
                           sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
