@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, ContextManager, Iterable, Literal, M
 import numpy as np
 import torch
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods.aggregation import weighted_mean_by_key
 from fedbench.tasks.base import ModelParts
@@ -35,10 +35,14 @@ class MethodConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.lora_r < 1:
-            raise ValueError("lora_r must be >= 1")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError("lora_dropout must be in [0, 1)")
+        """The LoRA checks, the one place they are made (a subclass calls this first).
+        ``lora_r`` None (where a subclass allows it) = the paper's rank for the task kind."""
+        check(self, "lora_r", self.lora_r is None or self.lora_r >= 1,
+              "must be an integer >= 1" + (" (or none: the paper's, by task kind)" if self.lora_r is None else ""))
+        check(self, "lora_alpha", self.lora_alpha > 0, "must be a number > 0")
+        check(self, "lora_dropout", 0.0 <= self.lora_dropout < 1.0, "must be in [0, 1)")
+        check(self, "lora_targets", bool(str(self.lora_targets).strip()),
+              "must name a LoRA target profile the task declares (e.g. default, qv)")
 
 
 @dataclass(frozen=True)

@@ -69,11 +69,6 @@ class FedHelloBaseConfig(MethodConfig):
         "uniform", "per-layer mean over the clients that trained it: 'uniform' (Eq. 3) or example-weighted"
     )
 
-    def __post_init__(self) -> None:
-        check(self, "lora_r", self.lora_r is None or self.lora_r >= 1, "must be an integer >= 1 (or none: the paper's)")
-        check(self, "lora_alpha", self.lora_alpha > 0, "must be a number > 0")
-        check(self, "lora_dropout", 0.0 <= self.lora_dropout < 1.0, "must be in [0, 1)")
-
 
 @dataclass(frozen=True)
 class FedHelloRGDConfig(FedHelloBaseConfig):

@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from fedbench.config import cfg_field, check
+from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.methods.aggregation import weighted_mean_by_key
 from fedbench.methods.base import ClientPlan, ClientUpdate, Method, MethodConfig, MethodState
@@ -81,9 +81,6 @@ class RankConfig(MethodConfig):
         None, "global LoRA rank r_max; every tier's rank must be <= it; None = by task kind (Fed-HeLLo Sec. IV-A): "
               "16 for classification, 8 for instruction tuning (the default tier ranks 1/4/16 and 1/1/8 fit)")
 
-    def __post_init__(self) -> None:
-        check(self, "lora_r", self.lora_r is None or self.lora_r >= 1, "must be an integer >= 1 (or none: by task kind)")
-        check(self, "lora_dropout", 0.0 <= self.lora_dropout < 1.0, "must be in [0, 1)")
 
 
 class RankMethod(Method):

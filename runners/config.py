@@ -20,16 +20,6 @@ def _looks_like_path(s: str) -> bool:
     return s.startswith(("/", "./", "../", "~")) or s in (".", "..") or "\\" in s
 
 
-def check_method_config(cfg: Any) -> None:
-    """The LoRA fields every method config has (``MethodConfig``): rank, alpha, dropout."""
-    r = cfg.lora_r
-    check(cfg, "lora_r", r is None or r >= 1, "must be an integer >= 1")
-    check(cfg, "lora_alpha", cfg.lora_alpha > 0, "must be a number > 0")
-    check(cfg, "lora_dropout", 0 <= cfg.lora_dropout < 1, "must be in [0, 1)")
-    check(cfg, "lora_targets", bool(str(cfg.lora_targets).strip()),
-          "must name a LoRA target profile the task declares (e.g. default, qv)")
-
-
 def check_task_config(task_key: str, cfg: Any) -> None:
     """Fields every task config has (``TaskConfig``): evaluation sizes, paths that must exist."""
     check(cfg, "eval_batch_size", cfg.eval_batch_size >= 1, "must be an integer >= 1")
@@ -70,7 +60,6 @@ def validate_run(method: str, task: str, run: Mapping[str, Any] | None, method_c
     run_cfg = build_config(RunConfig, run or {}, "run")
     method_cfg = build_config(method_cls.config_cls, method_config or {}, "method")
     task_cfg = build_config(task_cls.config_cls, task_config or {}, "task")
-    _section(check_method_config, "method", method_cfg)
     _section(check_task_config, "task", task_key, task_cfg)
     kind = task_cls.kind
     if kind is not None and kind not in method_cls.task_kinds:

@@ -35,7 +35,7 @@ BAD_RUN = {
     "roc_tiers": (["--roc", "1:1"], "--roc '1:1' has 2 tiers but run.tier_fractions has 3"),
     "lora_alpha_negative": (["--set", "method.lora_alpha=-16"], "bad value -16.0 for method.lora_alpha: must be a number > 0"),
     "lora_dropout_range": (["--set", "method.lora_dropout=1.5"], "bad value 1.5 for method.lora_dropout: must be in [0, 1)"),
-    "lora_r_zero": (["--set", "method.lora_r=0"], "bad value 0 for method.lora_r: must be >= 1"),
+    "lora_r_zero": (["--set", "method.lora_r=0"], "bad value 0 for method.lora_r: must be an integer >= 1"),
     "fedra_max_redraws": (["--set", "method.max_redraws=0"], "bad value 0 for method.max_redraws: must be an integer >= 1"),
     "n_classes_one": (["--set", "task.n_classes=1"], "bad value 1 for task.n_classes: must be an integer >= 2"),
     "n_train_zero": (["--set", "task.n_train=0"], "bad value 0 for task.n_train: must be an integer >= 1"),
