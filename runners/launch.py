@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fedbench.leaderboard.units import GB, MB, format_bytes
 from fedbench.runners.callbacks import Callback
 
 if TYPE_CHECKING:
@@ -30,9 +31,12 @@ def summary_line(rec: dict, path: Path) -> str:
     best = f"best {f(res['best'], '.4f')} @ r{res['best_round']}" if res["best"] is not None else ""
     if res.get("initial"):
         best += f", initial {f(res['initial']['metric'], '.4f')}"
+    mem = cost["peak_mem_gb"]["mean"]
+    traffic = cost["traffic_mb_per_client_round"]["total"]
     return (f"{head}: {res['metric_name']} {f(res['final'], '.4f')} ({best}) | "
-            f"{f(cost['tflops_per_step']['mean'], '.3g')} TFLOPs/step | {f(cost['peak_mem_gb']['mean'], '.3g')} GB "
-            f"({cost['peak_mem_source']}) | {f(cost['traffic_mb_per_client_round']['total'], '.3g')} MB/client-round | "
+            f"{f(cost['tflops_per_step']['mean'], '.3g')} TFLOPs/step | "
+            f"{format_bytes(None if mem is None else mem * GB)} peak memory ({cost['peak_mem_source']}) | "
+            f"{format_bytes(None if traffic is None else traffic * MB)}/client-round | "
             f"{f(cost['seconds_per_round'], '.3g')} s/round -> {path}")
 
 

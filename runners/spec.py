@@ -125,10 +125,10 @@ def build_spec(method: str, task: str, run: Mapping[str, Any] | RunConfig | None
     run_cfg = replace(
         run_cfg,
         setting=parse_setting(r.setting).canonical,  # "IID", " iid" and "iid" are one split, one run id
-        clients=r.clients if r.clients is not None else d.get("clients", 10),
-        batch_size=r.batch_size or d.get("batch_size", 32),
-        optimizer=r.optimizer or d.get("optimizer", "adamw"),
-        lr=r.lr or d.get("lr", 1e-3),
+        clients=r.clients if r.clients is not None else d.clients,
+        batch_size=r.batch_size or d.batch_size,
+        optimizer=r.optimizer or d.optimizer,
+        lr=r.lr or d.lr,
         local_split=r.local_split or ("8:1:1" if method_cls.evaluation == "local" else None),
         tier_ranks=tier_ranks_for(r.tier_ranks, task_cls.kind),  # None = the paper's, by task kind
     )

@@ -200,6 +200,18 @@ def to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+@dataclass(frozen=True)
+class RunDefaults:
+    """A task's paper setting for the run fields a user leaves unset (``None`` in
+    :class:`~fedbench.configs.RunConfig`); :func:`~fedbench.runners.spec.build_spec` fills
+    them in."""
+
+    clients: int = 10
+    batch_size: int = 32
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+
+
 class Task:
     """Base class. Subclasses set ``config_cls`` and ``kind`` and implement the methods."""
 
@@ -212,7 +224,7 @@ class Task:
     #: methods are scored on the same examples. ``run.server_holdout`` overrides it.
     server_holdout: int = 50
     #: run-config defaults of the task's paper setting (optimizer, lr, batch_size, clients)
-    run_defaults: ClassVar[dict[str, Any]] = {}
+    run_defaults: ClassVar[RunDefaults] = RunDefaults()
     #: name of the task's headline metric (what ``evaluate`` reports)
     metric_name: ClassVar[str] = "top1"
 

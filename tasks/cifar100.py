@@ -36,7 +36,7 @@ from torch.nn import functional as F
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import TaskData
+from fedbench.tasks.base import RunDefaults, TaskData
 from fedbench.tasks.cifar_pickles import batch_arrays, label_names
 from fedbench.tasks.image_domains import VisionConfig, VisionTask
 from fedbench.tasks.image_sources import ImageColumns, read_image_source
@@ -132,7 +132,7 @@ def _digests(x: np.ndarray) -> list[str]:
 class Cifar100(VisionTask):
     config_cls = Cifar100Config
     default_profile = "qv"  # Fed-HeLLo: LoRA on query and value
-    run_defaults = {"optimizer": "adamw", "lr": 1e-3, "batch_size": 128, "clients": 100}  # Fed-HeLLo
+    run_defaults = RunDefaults(optimizer="adamw", lr=1e-3, batch_size=128, clients=100)  # Fed-HeLLo
     server_holdout = 100  # Fed-HeLLo's CIFAR-100 proxy set
 
     def load(self) -> TaskData:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fedbench.config import cfg_field
-from fedbench.tasks.base import ClassificationTask, ModelBundle, ModelParts, TaskConfig, TaskData
+from fedbench.tasks.base import ClassificationTask, ModelBundle, ModelParts, RunDefaults, TaskConfig, TaskData
 from fedbench.tasks.cnn import ARCHS, arch_index, cnn
 
 #: LoRA target profiles: ``fc`` (peft LoRA on FC1/FC2) and ``none`` (no peft LoRA: the
@@ -57,7 +57,7 @@ class CNNTask(ClassificationTask):
     config_cls = CNNTaskConfig
     # FedLoRA Sec. 6.1 trains with SGD; its tuned lr / batch size did not survive in the
     # text we have, so these are the middle of its lr grid and a common batch size.
-    run_defaults = {"optimizer": "sgd", "lr": 0.01, "batch_size": 64}
+    run_defaults = RunDefaults(optimizer="sgd", lr=0.01, batch_size=64)
 
     def archs(self) -> tuple[str, ...]:
         return ARCHS

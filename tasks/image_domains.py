@@ -38,7 +38,7 @@ import torch
 from fedbench.config import cfg_field, check, check_int
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ClassificationTask, ModelBundle, TaskConfig, TaskData, check_fraction
+from fedbench.tasks.base import ClassificationTask, ModelBundle, RunDefaults, TaskConfig, TaskData, check_fraction
 from fedbench.tasks.models import check_arch, enable_gradient_checkpointing, on_cuda_only
 from fedbench.tasks.image_listing import MAX_CLASSES, Listing, Origins, cap_per_domain, check_files, find_domains
 from fedbench.tasks.image_listing import list_by_scan, list_with_splits
@@ -189,7 +189,7 @@ class DomainImages(VisionTask):
     get_hint = ""  # where to download, for the missing-data message
     layout_hint = "<domain>/<class>/<image> (+ optional <domain>_train.txt / <domain>_test.txt)"
     # FedRA: SGD, lr 0.01; Fed-HeLLo: batch 32, 100 clients (domain settings derive the count from the data)
-    run_defaults = {"optimizer": "sgd", "lr": 0.01, "batch_size": 32, "clients": 100}
+    run_defaults = RunDefaults(optimizer="sgd", lr=0.01, batch_size=32, clients=100)
     server_holdout = 1000  # Fed-HeLLo's DomainNet proxy set (NICO++ takes the same)
 
     def missing(self, why: str) -> UserError:

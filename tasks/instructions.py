@@ -55,7 +55,7 @@ from torch import nn
 from fedbench.config import cfg_field, check, check_int
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import EvalResult, ModelBundle, Task, TaskConfig, TaskData, check_fraction
+from fedbench.tasks.base import EvalResult, ModelBundle, RunDefaults, Task, TaskConfig, TaskData, check_fraction
 from fedbench.tasks.base import check_model_limit, eval_indices
 from fedbench.tasks.base import iterate_batches, to_device
 from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
@@ -138,7 +138,7 @@ class InstructionTask(Task):
     layout_hint = ""
     categories: tuple[str, ...] = ()  # fixed category order (others: sorted names)
     # Fed-HeLLo: AdamW, batch 1, 50 clients (no learning rate given; 1e-4 is ours)
-    run_defaults = {"optimizer": "adamw", "lr": 1e-4, "batch_size": 1, "clients": 50}
+    run_defaults = RunDefaults(optimizer="adamw", lr=1e-4, batch_size=1, clients=50)
 
     # ---------------------------------------------------------------- data
     def missing(self, why: str) -> UserError:

@@ -42,7 +42,7 @@ import torch
 from fedbench.config import cfg_field, check, check_int
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, RunDefaults, TaskConfig, TaskData
 from fedbench.tasks.base import check_model_limit
 from fedbench.tasks.cache import cached_tensors, tokenizer_fingerprint
 from fedbench.tasks.models import (
@@ -207,7 +207,7 @@ class Ledgar(ClassificationTask):
     config_cls = LedgarConfig
     metric_name = "macro_f1"
     # Fed-HeLLo: AdamW, batch 128, 100 clients (the paper gives no learning rate; 1e-3 for LoRA + head is ours)
-    run_defaults = {"optimizer": "adamw", "lr": 1e-3, "batch_size": 128, "clients": 100}
+    run_defaults = RunDefaults(optimizer="adamw", lr=1e-3, batch_size=128, clients=100)
 
     def load(self) -> TaskData:
         """Read, check and encode the splits; ``info["tokenizer"]`` is what encoded them."""

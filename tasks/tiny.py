@@ -25,7 +25,7 @@ import torch
 from fedbench.config import cfg_field, check, check_int
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, Task, TaskConfig, TaskData
+from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, RunDefaults, Task, TaskConfig, TaskData
 from fedbench.tasks.models import fixed_init
 
 
@@ -117,7 +117,7 @@ class TinyText(ClassificationTask):
 
     config_cls = TinyTextConfig
     tiny = True
-    run_defaults = {"optimizer": "adamw", "lr": 1e-2, "batch_size": 32}
+    run_defaults = RunDefaults(optimizer="adamw", lr=1e-2, batch_size=32)
 
     def load(self) -> TaskData:
         c = self.config

@@ -11,7 +11,7 @@ from torch import nn
 
 from fedbench.config import cfg_field, check, check_int
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, EvalResult, ModelBundle, Task, TaskConfig, TaskData
+from fedbench.tasks.base import ArrayDataset, EvalResult, ModelBundle, RunDefaults, Task, TaskConfig, TaskData
 from fedbench.tasks.base import eval_indices, iterate_batches, to_device
 from fedbench.tasks.models import fixed_init
 from fedbench.tasks.rouge import rouge_l
@@ -78,7 +78,7 @@ class TinyLM(Task):
     kind = "generation"
     tiny = True
     metric_name = "rouge_l"
-    run_defaults = {"optimizer": "adamw", "lr": 1e-2, "batch_size": 32}
+    run_defaults = RunDefaults(optimizer="adamw", lr=1e-2, batch_size=32)
 
     @property
     def vocab_size(self) -> int:

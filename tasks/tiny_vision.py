@@ -11,7 +11,7 @@ import torch
 from fedbench.config import cfg_field, check, check_int
 from fedbench.errors import UserError
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, RunDefaults, TaskConfig, TaskData
 from fedbench.tasks.models import fixed_init
 from fedbench.tasks.tiny import MAX_CLASSES, MAX_WIDTH, check_arch, check_data_bytes, check_tiny
 
@@ -84,7 +84,7 @@ def make_tiny_images(cfg: TinyVisionConfig, n_per_domain: int, split_seed: int) 
 class TinyVision(ClassificationTask):
     config_cls = TinyVisionConfig
     tiny = True
-    run_defaults = {"optimizer": "adamw", "lr": 3e-3, "batch_size": 32}
+    run_defaults = RunDefaults(optimizer="adamw", lr=3e-3, batch_size=32)
 
     def load(self) -> TaskData:
         c = self.config
