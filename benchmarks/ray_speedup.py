@@ -5,7 +5,7 @@
    ``--workers 2`` (1 torch thread per run) on one local Ray instance (started once and
    warmed up first, so the ratio is that of the runs, not of Ray's start-up, which is
    printed apart).
-2. The ray engine: one run with 10 clients per round, ``--runner local`` vs ``--runner
+2. The ray executor: one run with 10 clients per round, ``--executor local`` vs ``--executor
    ray --workers 2``: wall time of the whole run (the actors' start-up included) and the
    rounds' time (``cost.round_seconds_total``), and whether the two records agree.
 

@@ -28,7 +28,8 @@ class RunConfig:
     field's role (see :mod:`fedbench.config`) says whether it is part of the run's
     identity; every field has a ``fedbench run`` flag."""
 
-    setting: str = cfg_field("iid", "data split: iid, dir(a), k/a, k/-, domain, domain+dir(a)xm, k/Dd", role=AXIS, flag=True)
+    setting: str = cfg_field("iid", "data split: iid, dir(a), k/a, k/-, domain, domain+dir(a)xm, k/Dd",
+                             role=AXIS, flag=True)
     clients: int | None = cfg_field(None, "number of clients (None = the task's default: the papers' 100 for "
                                           "classification, 50 for instruction tuning, 10 for tiny tasks; domain "
                                           "settings derive it from the data)", flag=True)
@@ -37,15 +38,18 @@ class RunConfig:
     local_epochs: int = cfg_field(1, "local epochs per round", flag=True)
     max_steps: int | None = cfg_field(None, "cap on local steps per client per round (None = full epochs)", flag=True)
     batch_size: int | None = cfg_field(None, "local batch size (None = the task's default)", flag=True)
-    optimizer: Literal["sgd", "adamw"] | None = cfg_field(None, "local optimizer (None = the task's default)", flag=True)
+    optimizer: Literal["sgd", "adamw"] | None = cfg_field(None, "local optimizer (None = the task's default)",
+                                                          flag=True)
     lr: float | None = cfg_field(None, "local learning rate (None = the task's default)", flag=True)
     momentum: float = cfg_field(0.0, "SGD momentum", flag=True)
     weight_decay: float = cfg_field(0.0, "weight decay", flag=True)
     grad_clip: float | None = cfg_field(None, "clip the gradient norm to this value", flag=True)
     roc: str | None = cfg_field(None, "ratio of resource tiers, e.g. 6:3:1 (Fed-HeLLo)", role=AXIS, flag=True)
-    capacities: list[int] | None = cfg_field(None, "per-client layer budgets, e.g. 12,10,8,6,4,3 (FedRA)", role=AXIS, flag=True)
+    capacities: list[int] | None = cfg_field(None, "per-client layer budgets, e.g. 12,10,8,6,4,3 (FedRA)",
+                                             role=AXIS, flag=True)
     dynamic: bool = cfg_field(False, "redraw each client's budget every round (FedRA Table 4)", flag=True)
-    tier_fractions: list[float] = cfg_field([0.5, 0.75, 1.0], "layer budget of each --roc tier, as a fraction of L", flag=True)
+    tier_fractions: list[float] = cfg_field([0.5, 0.75, 1.0], "layer budget of each --roc tier, as a fraction of L",
+                                            flag=True)
     tier_ranks: list[int] | None = cfg_field(
         None, "LoRA rank of each tier (rank methods); None = by task kind (Fed-HeLLo Sec. IV-A): 1,4,16 for "
               "classification, 1,1,8 for instruction tuning", flag=True)
@@ -55,12 +59,14 @@ class RunConfig:
         None, "test examples held out for the server (Fed-HeLLo's FIM proxy set) and never evaluated, in every "
               "run so every method is scored on the same examples; None = the task's paper size (cifar100 100, "
               "domainnet/nicopp 1000, others 50) capped at half the test split; 0 = none", flag=True)
-    eval_every: int = cfg_field(1, "evaluate the global model every this many rounds (and at the end)", role=RECORD, flag=True)
+    eval_every: int = cfg_field(1, "evaluate the global model every this many rounds (and at the end)",
+                                role=RECORD, flag=True)
     eval_initial: bool = cfg_field(False, "also evaluate the model before round 1 (pretrained backbone, fresh "
                                           "adapters and head) into results.initial", role=RECORD, flag=True)
     target_metric: float | None = cfg_field(
         None, "target of the evaluated metric (e.g. 0.8 top-1): the record gives the first round whose metric reaches "
-              "it and the parameters transmitted and FLOPs consumed until then (FedLoRA Sec. 6.1); None = no target", role=RECORD, flag=True)
+              "it and the parameters transmitted and FLOPs consumed until then (FedLoRA Sec. 6.1); None = no target",
+                      role=RECORD, flag=True)
     measure_flops: bool = cfg_field(
         True, "measure FLOPs and accounted memory on one step of each distinct model shape (architecture, blocks, "
               "trainable set, rank, batch shape); later client-rounds of that shape reuse the figures",
@@ -69,11 +75,12 @@ class RunConfig:
         None, "split each client's data into local train:val:test, e.g. 8:1:1 (FedLoRA); None = no split, except "
               "for locally evaluated (personalised) methods, which get 8:1:1", flag=True)
     divergence_factor: float = cfg_field(
-        100.0, "end the run 'failed' when a round's mean training loss exceeds this many times round 1's for two "
-               "rounds in a row (0 = never)", role=RECORD, flag=True)
+        100.0, "end the run 'failed' when a round's mean training loss exceeds this many times the loss before any "
+               "update (round 1's first steps) for two rounds in a row (0 = never)", role=RECORD, flag=True)
     threads: int | None = cfg_field(None, "torch threads of the process (None = 1 for tiny tasks, else the cores "
                                           "given to the process)", role=RUNTIME, flag=True)
-    store_memory_mb: float = cfg_field(1024.0, "memory for the clients' private state before it spills to disk", role=RUNTIME, flag=True)
+    store_memory_mb: float = cfg_field(1024.0, "memory for the clients' private state before it spills to disk",
+                                       role=RUNTIME, flag=True)
     checkpoint_every: int = cfg_field(1, "write a checkpoint every this many rounds (and after the last) so a "
                                          "killed run resumes when run again; 0 = never", role=RUNTIME, flag=True)
     keep_checkpoints: bool = cfg_field(False, "keep the checkpoint after the run ends ok", role=RUNTIME, flag=True)
