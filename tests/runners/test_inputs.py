@@ -248,3 +248,13 @@ def test_labels_name_everything_that_differs():
     assert len(set(labels)) == len(labels) == 4
     assert labels[0] == "fedavg lr=0.01"
     assert labels[3] == "fedra lr=0.1 method.lora_r=4"
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "-1"])
+def test_sweep_cpus_per_run_must_be_positive(value, capsys, tmp_path):
+    """NaN compared false with `<= 0` and reached Ray as a resource request."""
+    pytest.importorskip("ray")
+    preset = tmp_path / "p.yaml"
+    preset.write_text("task: tiny_text\nmethods: [fedavg]\n" + SMALL)
+    _one_line_error(["sweep", str(preset), "--out", str(tmp_path / "res"), "--no-progress", "--workers", "1",
+                     "--cpus-per-run", value], "--cpus-per-run must be a number > 0", capsys)
