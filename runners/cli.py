@@ -34,14 +34,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_field_flag(p: argparse.ArgumentParser, section: str, f) -> None:
-    """A flag derived from the field: its name, its help, bool fields as switches,
+    """A flag derived from the field: its name, its help, bool fields as --x / --no-x switches,
     Literal fields with their choices; values are parsed by the field's type later."""
     import typing
 
     names = [f.flag] + [f"--{a.replace('_', '-')}" for a in f.aliases]
     kw: dict[str, Any] = dict(dest=f"{section}.{f.name}", default=None, help=f.help)
-    if f.type is bool:
-        p.add_argument(*names, action="store_true", **kw)
+    if f.type is bool:  # --measure-flops / --no-measure-flops
+        p.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
         return
     inner = [a for a in typing.get_args(f.type) if a is not type(None)] or [f.type]
     if typing.get_origin(inner[0]) is typing.Literal:
