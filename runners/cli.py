@@ -15,11 +15,8 @@ directory created and checked first.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from fedbench.errors import UserError

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch

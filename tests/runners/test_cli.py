@@ -1,7 +1,6 @@
 """CLI: bad input is one line + exit 2; a run writes a record; the leaderboard shows it."""
 
 import json
-import os
 import subprocess
 import sys
 

@@ -4,7 +4,6 @@ The method and its task live here (not registered for users: added for the test 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from fedbench.methods.aggregation import weighted_mean_by_key
 from fedbench.methods.base import ClientPlan, LocalPhase, Method, MethodState, extra_module
 from fedbench.runners.experiment import Experiment
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskData
 
 WIDTH = {"small": 4, "wide": 12}
 N_IN, N_CLASSES = 6, 3
