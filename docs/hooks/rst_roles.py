@@ -77,7 +77,7 @@ def rewrite(obj: griffe.Object, text: str, collection: griffe.ModulesCollection)
 def definition_lists(obj: griffe.Object, text: str) -> str:
     """Headed blocks of ``  ``name``   text`` lines as Markdown lists (names of ``obj``'s
     members link to them)."""
-    lines, out = text.split("\n"), []
+    lines, out, in_list = text.split("\n"), [], False
     for i, line in enumerate(lines):
         m = DEFINITION.match(line)
         if m:
@@ -89,9 +89,10 @@ def definition_lists(obj: griffe.Object, text: str) -> str:
         elif i + 1 < len(lines) and DEFINITION.match(lines[i + 1]) and line.strip() and not line.startswith(" "):
             out += ["", f"**{line.strip()}**", ""]  # the heading of the list below
         else:
-            if out and out[-1].startswith("- ") and line.strip():
-                out.append("")
+            if in_list and line.strip():
+                out.append("")  # a paragraph after a list made here
             out.append(line)
+        in_list = bool(m)
     return "\n".join(out)
 
 
