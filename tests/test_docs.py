@@ -35,7 +35,7 @@ def copy_sources(into: Path) -> Path:
     for name in SITE_SOURCES:
         src, dst = REPO / name, into / name
         if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "records", "*.png"))
         else:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
