@@ -77,6 +77,11 @@ class RunConfig:
     checkpoint_every: int = cfg_field(1, "write a checkpoint every this many rounds (and after the last) so a "
                                          "killed run resumes when run again; 0 = never", role=RUNTIME, flag=True)
     keep_checkpoints: bool = cfg_field(False, "keep the checkpoint after the run ends ok", role=RUNTIME, flag=True)
+    save_model: bool = cfg_field(
+        False, "at the end of an ok run, save the global model beside the record: <run_id>.adapter/ (peft adapter: "
+               "LoRA + head), <run_id>.global.safetensors (other global tensors, if any), <run_id>.private/ (each "
+               "client's private part, personalised methods); the record names them in run.saved_model",
+        role=RUNTIME, flag=True)
     out: str = cfg_field("results", "directory of result records", role=RUNTIME, flag=True)
     executor: str = cfg_field(
         "local", "what executes a round's client jobs: local (one after another in this process), ray (a pool of "
