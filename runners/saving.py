@@ -12,8 +12,9 @@ At the end of an ``ok`` run with ``run.save_model`` the experiment writes, besid
   methods whose evaluation is that model (LoRA + head on every block, the task's forward);
 * ``<run_id>.global.safetensors``: the evaluated global tensors the adapter cannot hold
   (a method's extra modules, e.g. DepthFL's exits; base weights the evaluation overrides,
-  e.g. FlexLoRA's merged W0 + dW; global statistics; everything of a model without LoRA
-  targets), canonical names (:mod:`fedbench.runners.adapters`); only when there are some;
+  e.g. FlexLoRA's merged W0 + dW, but not those equal to the pretrained ones; global
+  statistics; everything of a model without LoRA targets), canonical names
+  (:mod:`fedbench.runners.adapters`); only when there are some;
 * ``<run_id>.private/client_<c>.safetensors``: for locally evaluated (personalised) methods,
   each client's private part as its last evaluation used it (a client never sampled has its
   freshly initialised part).
@@ -96,6 +97,8 @@ def save_model(record_path: Path, pool: ModelPool, method: Method, tensors: Mapp
     targets = [n for j in sorted(am.layer_modules) for n in am.layer_modules[j]]
     lora_keys = {k for keys in am.layer_keys.values() for k in keys} if targets else set()
     adapter, rest = split_global(tensors, lora_keys, set(am.head_keys) if targets else set())
+    pretrained = am.read(am.base_keys(rest))  # the pool's model holds the pretrained base weights
+    rest = {k: t for k, t in rest.items() if k not in pretrained or not torch.equal(t.cpu(), pretrained[k].cpu())}
     out: dict = {"adapter": None, "global": None, "private": None}
     if adapter:
         final = folder / f"{stem}.adapter"

@@ -88,3 +88,16 @@ def test_a_failed_run_saves_nothing(tmp_path, monkeypatch):
                            task_config=SMALL_TASK_CONFIGS["tiny_text"]).run()
     assert rec["status"] == "failed" and rec["run"]["saved_model"] is None
     assert not list(path.parent.glob("*.adapter")) and not list(path.parent.glob("*.safetensors"))
+
+
+def test_only_base_weights_the_evaluation_changes_are_saved_beside_the_adapter(tmp_path):
+    run = {"rounds": 1, "clients": 2, "per_round": 2, "roc": "1:1:1", "out": str(tmp_path), "save_model": True}
+    # HETLoRA carries the pretrained base weights in its state unchanged; FlexLoRA evaluates W0 + dW
+    het, _ = Experiment("hetlora", "tiny_text", run, task_config=SMALL_TASK_CONFIGS["tiny_text"]).run()
+    assert het["run"]["saved_model"]["global"] is None
+    flex, path = Experiment("flexlora", "tiny_text", run, task_config=SMALL_TASK_CONFIGS["tiny_text"]).run()
+    merged = load_file(str(path.parent / flex["run"]["saved_model"]["global"]))
+    base = TinyText(TinyTextConfig(**SMALL_TASK_CONFIGS["tiny_text"]))
+    pretrained = dict(base.build_model(base.load(), None).model.named_parameters())
+    assert merged and all(k.endswith("base_layer.weight") for k in merged)
+    assert all(not torch.equal(t, pretrained[k.replace(".base_layer", "")]) for k, t in merged.items())
