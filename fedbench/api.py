@@ -25,7 +25,8 @@ def run(method: str, task: str, *, method_config: Mapping[str, Any] | None = Non
     """Run ``method`` on ``task`` and return its result record (a dict, the schema of
     :mod:`fedbench.schema`); the record is also written under ``out`` (default
     ``results``). ``callbacks``: :class:`~fedbench.runners.callbacks.Callback` objects (a
-    logger, a tracker) that see every round."""
+    logger, a tracker) that see every round; the built-in trackers and the saved model are
+    run fields like any other: ``log=["tensorboard"]``, ``save_model=True``."""
     from fedbench.records import is_finished, prepare_out_dir
     from fedbench.runners.launch import execute
     from fedbench.runners.spec import build_spec

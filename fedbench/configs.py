@@ -84,7 +84,16 @@ class RunConfig:
     checkpoint_every: int = cfg_field(1, "write a checkpoint every this many rounds (and after the last) so a "
                                          "killed run resumes when run again; 0 = never", role=RUNTIME, flag=True)
     keep_checkpoints: bool = cfg_field(False, "keep the checkpoint after the run ends ok", role=RUNTIME, flag=True)
+    save_model: bool = cfg_field(
+        False, "at the end of an ok run, save the global model beside the record: <run_id>.adapter/ (peft adapter: "
+               "LoRA + head), <run_id>.global.safetensors (other global tensors, if any), <run_id>.private/ (each "
+               "client's private part, personalised methods); the record names them in run.saved_model",
+        role=RUNTIME, flag=True)
     out: str = cfg_field("results", "directory of result records", role=RUNTIME, flag=True)
+    log: list[Literal["tensorboard", "mlflow", "wandb"]] = cfg_field(
+        [], "experiment tracker(s) fed every round's score, training loss and costs and the run's config, under "
+            "<out>/logs/<tracker>/ (repeat the flag for several; each needs its extra: pip install "
+            "'fedbench-peft[tensorboard]', [mlflow] or [wandb])", role=RUNTIME, flag=True)
     executor: str = cfg_field(
         "local", "what executes a round's client jobs: local (one after another in this process), ray (a pool of "
                  "--workers Ray actors; pip install 'fedbench-peft[ray]'); --runner is an older name",
@@ -118,6 +127,7 @@ class RunConfig:
         check(self, "device", re.fullmatch(r"auto|cpu|mps|cuda(:\d{1,3})?", self.device) is not None,
               "must be auto, cpu, mps, cuda or cuda:N")
         check(self, "out", bool(self.out.strip()), "must be a directory path")
+        check(self, "log", len(set(self.log)) == len(self.log), "must name each tracker once")
         check(self, "workers", self.workers >= 1, "must be an integer >= 1")
         check(self, "threads", self.threads is None or 1 <= self.threads <= MAX_THREADS,
               f"must be an integer from 1 to {MAX_THREADS} (or none)")

@@ -142,6 +142,11 @@ _SCHEMA = _Obj({
         "client_archs": _Opt(_MapOf(STR)),  # client -> architecture of its model (per-client models)
         "sampled_clients": _Opt(_ListOf(_ListOf(INT))),  # per round, the clients sampled
         "method_layout": _Opt(DICT),  # Method.layout(): e.g. DepthFL's exits_after_blocks (1-based)
+        # run.save_model: the files saved beside the record, relative to its folder (runners/saving.py):
+        # the global LoRA + head as a peft adapter folder, the other global tensors (safetensors),
+        # each client's private part (locally evaluated methods); null when nothing was saved
+        "saved_model": _Opt(_Obj({"adapter": STR_N, "global": STR_N, "private": _MapOf(STR, nullable=True)},
+                                 nullable=True)),
     }),
     "results": _Obj({
         "metric_name": STR,

@@ -2,7 +2,8 @@
 
 The round loop (:mod:`fedbench.runners.rounds`) calls ``on_run_start(spec, state)`` once,
 ``on_client_start`` / ``on_client_end`` around each client's round (clients that sit the
-round out get only ``on_client_end``), ``on_round_end(log, state)`` after each round
+round out get only ``on_client_end``), ``on_client_progress`` after each of a client's
+local steps where the executor trains in this process (``local``), ``on_round_end(log, state)`` after each round
 (aggregation and evaluation done) and ``on_run_end(record)`` with the finished record.
 Callbacks see the :class:`~fedbench.runners.spec.RunSpec`, the round's
 :class:`~fedbench.runners.state.RoundLog` and the :class:`~fedbench.runners.state.RunState`
@@ -44,6 +45,11 @@ class Callback:
 
     def on_client_start(self, rnd: int, client: int, index: int, total: int) -> None:
         """Client ``client`` (the ``index``-th of ``total`` training this round) starts."""
+
+    def on_client_progress(self, rnd: int, client: int, step: int, steps: int) -> None:
+        """Client ``client`` finished local step ``step`` (1-based) of the ``steps`` it plans
+        this round. Called from inside its training (``local`` executor only; executors whose
+        clients train in other processes do not call it): keep it cheap."""
 
     def on_client_end(self, rnd: int, cost: ClientCost) -> None:
         pass

@@ -32,13 +32,19 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_field_flag(p: argparse.ArgumentParser, section: str, f) -> None:
     """A flag derived from the field: its name, its help, bool fields as --x / --no-x switches,
-    Literal fields with their choices; values are parsed by the field's type later."""
+    Literal fields with their choices, lists of choices as a repeatable flag; values are
+    parsed by the field's type later."""
     import typing
 
     names = [f.flag] + [f"--{a.replace('_', '-')}" for a in f.aliases]
     kw: dict[str, Any] = dict(dest=f"{section}.{f.name}", default=None, help=f.help)
     if f.type is bool:  # --measure-flops / --no-measure-flops
         p.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
+        return
+    if typing.get_origin(f.type) is list and typing.get_origin(typing.get_args(f.type)[0]) is typing.Literal:
+        # a list of choices is a repeatable flag: --log tensorboard --log mlflow
+        p.add_argument(*names, action="append", choices=list(typing.get_args(typing.get_args(f.type)[0])),
+                       metavar=f.name.upper(), **kw)
         return
     inner = [a for a in typing.get_args(f.type) if a is not type(None)] or [f.type]
     if typing.get_origin(inner[0]) is typing.Literal:

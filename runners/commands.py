@@ -15,6 +15,7 @@ from fedbench.configs import flag_fields
 from fedbench.errors import UserError
 from fedbench.runners.callbacks import Callback
 from fedbench.runners.launch import execute, summary_line
+from fedbench.runners.tracking import trackers_for
 
 
 def gather_configs(args) -> tuple[dict, dict, dict]:
@@ -79,6 +80,8 @@ def cmd_sweep(args) -> int:
     runs = sweep.load_sweep(args.preset, out=args.out)
     for out in dict.fromkeys(r.spec.run.out for r in runs):
         prepare_out_dir(out, create=not args.dry_run)
+    for names in dict.fromkeys(tuple(r.spec.run.log) for r in runs):
+        trackers_for(names)  # a tracker's missing package stops the sweep before its first run
     warn = lambda line: print(f"fedbench: warning: {line}", file=sys.stderr)  # noqa: E731
     parallel = args.workers is not None or args.address is not None
     if parallel and not args.dry_run:

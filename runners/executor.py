@@ -7,17 +7,25 @@ another in this process with the driver's worker; other executors register thems
 in :data:`EXECUTORS` (``ray``: :mod:`fedbench.runners.ray_executor`) and are chosen with
 ``run.executor`` (``--executor``; ``--runner`` is its older name). Executors know no
 method by name, and every one gives the same record: each job carries its own seed.
+The round loop hands an executor a :data:`StepListener` (``listen``): ``local`` tells it
+of every local step of its clients; an executor whose clients train in other processes
+may ignore it (the live view then moves per client).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from fedbench.registry import Registry
+from fedbench.runners.train import StepHook
 from fedbench.runners.worker import ClientJob, ClientResult, ClientWorker, EvalJob, WorkerSpec
 from fedbench.tasks.base import EvalResult
 
 EXECUTORS: Registry = Registry("executor")
+
+#: ``listener(rnd, client, step, steps)``: client ``client`` of round ``rnd`` finished local step
+#: ``step`` (1-based) of its ``steps``
+StepListener = Callable[[int, int, int, int], None]
 
 
 class Executor:
@@ -27,6 +35,13 @@ class Executor:
 
     def __init__(self, worker: ClientWorker, worker_spec: WorkerSpec, data: Any, profiles: dict):
         self.worker = worker
+        self.listener: StepListener | None = None
+
+    def listen(self, listener: StepListener | None) -> None:
+        """Tell ``listener`` of the local steps of the clients executed from now on (None:
+        stop). Executors that honour it call it in this process; the default keeps it, and
+        an executor whose clients train elsewhere may never call it."""
+        self.listener = listener
 
     def execute(self, jobs: Iterable[ClientJob]) -> Iterable[ClientResult]:
         """Run ``jobs`` (an iterator: read lazily) and give their results in job order (a
@@ -50,10 +65,17 @@ class Executor:
 class LocalExecutor(Executor):
     def execute(self, jobs):
         for job in jobs:  # one client at a time: its private state is stored before the next loads
-            yield self.worker.run(job)
+            yield self.worker.run(job, self.step_hook(job))
 
     def evaluate_local(self, jobs):
         return [self.worker.evaluate(job) for job in jobs]
 
+    def step_hook(self, job: ClientJob) -> StepHook | None:
+        """The worker's ``on_step`` for ``job``: the listener, told the job's round and client."""
+        listener = self.listener
+        if listener is None:
+            return None
+        return lambda step, steps: listener(job.round, job.plan.client, step, steps)
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor"]
+
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "StepListener"]

@@ -35,6 +35,7 @@ from fedbench.runners.executor import EXECUTORS, Executor
 from fedbench.runners.federation import Federation, build_federation
 from fedbench.runners.report import Outcome, build_record
 from fedbench.runners.rounds import Loop, run_rounds
+from fedbench.runners.saving import save_model
 from fedbench.runners.server import ServerTools
 from fedbench.runners.signals import Cancelled, SignalGuard, cancel_on_signals
 from fedbench.runners.spec import RunSpec, build_spec
@@ -78,6 +79,7 @@ class Experiment:
         self.server: ServerTools | None = None
         self.state: RunState | None = None
         self._server_before = (0.0, 0.0)  # server cost held by the checkpoint a run resumed from
+        self.saved_model: dict | None = None  # run.save_model: the files written (run.saved_model)
 
     # -- shortcuts --------------------------------------------------------------------------
     @property
@@ -161,6 +163,9 @@ class Experiment:
             stop = run_rounds(loop, self.state, self.state.rounds_done + 1)
             if stop is not None:
                 status, error = stop.status, stop.reason
+            elif spec.run.save_model:
+                self.saved_model = save_model(self.record_path(), self.pool, m, m.eval_tensors(self.state.method),
+                                              self.store, self.fed.n_clients, spec.lora)
         except KeyboardInterrupt as e:
             status, error = "cancelled", "terminated (SIGTERM)" if isinstance(e, Cancelled) else "interrupted (Ctrl-C)"
         except NonFiniteLoss as e:
@@ -220,7 +225,9 @@ class Experiment:
     def record(self, outcome: Outcome) -> dict:
         m = self.method
         archs = {c: self.pool.arch(m.client_arch(c)) for c in range(self.fed.n_clients)} if m is not None else {}
-        return build_record(self.spec, outcome, self.state, self.fed, self.tiers, m, archs)
+        rec = build_record(self.spec, outcome, self.state, self.fed, self.tiers, m, archs)
+        rec["run"]["saved_model"] = self.saved_model
+        return rec
 
     def write(self, rec: dict) -> Path:
         """Write ``rec`` at the run's record path, unless that would replace a finished

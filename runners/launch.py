@@ -57,7 +57,11 @@ def execute(spec: RunSpec, progress: bool, callbacks: list[Callback] | None = No
             data_cache: dict | None = None) -> tuple[dict, Path]:
     """Run one experiment with a progress bar. ``data_cache`` (a sweep's) keeps the last
     loaded task data, keyed by task and task config, so the next run of the same task in
-    this process does not load (read, tokenize) it again."""
+    this process does not load (read, tokenize) it again. The run's trackers (``run.log``:
+    :mod:`~fedbench.runners.tracking`) come before ``callbacks``."""
+    from fedbench.runners.tracking import trackers_for
+
+    trackers = trackers_for(spec.run.log)  # a missing package: one line, before anything loads
     if not progress:
         os.environ["TQDM_DISABLE"] = "1"  # plain tqdm bars (GGUF conversion); read when tqdm is imported
     quiet_library_bars()
@@ -69,7 +73,7 @@ def execute(spec: RunSpec, progress: bool, callbacks: list[Callback] | None = No
     data = None if data_cache is None else data_cache.get(key)
     bar = ProgressBar(f"{spec.method}/{spec.task}") if progress else None
     try:
-        exp = Experiment(spec, callbacks=([bar] if bar else []) + list(callbacks or []), data=data)
+        exp = Experiment(spec, callbacks=([bar] if bar else []) + trackers + list(callbacks or []), data=data)
         out = exp.run()
     finally:
         if bar is not None:

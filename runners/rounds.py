@@ -95,6 +95,12 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
             state.costs.append((rnd, cost))
             for cb in loop.callbacks:
                 cb.on_client_end(rnd, cost)
+
+        def progress(r: int, client: int, step: int, steps: int) -> None:  # from inside a client's training
+            for cb in loop.callbacks:
+                cb.on_client_progress(r, client, step, steps)
+
+        loop.executor.listen(progress)
         for (plan, payload), res in zip(entries, loop.executor.execute(jobs())):
             traffic = method.traffic(plan, payload, res.upload)
             res.cost.down_bytes, res.cost.up_bytes = traffic.down_bytes, traffic.up_bytes

@@ -7,14 +7,16 @@ upload and the private state to keep. The first step of a client-round is measur
 (FLOPs forward/backward, accounted memory) unless a :class:`MeterCache` already holds the
 figures of the same model shape (architecture, blocks, trainable set, rank, batch shape):
 those are deterministic, so a run measures each distinct combination once. The loop's
-FLOP total scales the step's figures by each later step's batch size.
+FLOP total scales the step's figures by each later step's batch size. A caller may pass
+``on_step(step, steps)``, called after every local step with the client-round's planned
+step count (:func:`planned_steps`): the live view of a long client.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -58,6 +60,17 @@ class MeterCache:
         self.measured, self.reused = int(d["measured"]), int(d["reused"])
 
 
+#: ``on_step(step, steps)``: local step ``step`` (1-based) of the client-round's ``steps`` is done
+StepHook = Callable[[int, int], None]
+
+
+def planned_steps(n_examples: int, batch_size: int, phase_epochs: list[int], max_steps: int | None) -> int:
+    """Local steps of one client-round: per phase, ``epochs`` x ceil(n / batch size) batches,
+    at most ``max_steps`` per phase (``TrainSettings.max_steps``)."""
+    per_epoch = -(-n_examples // batch_size)
+    return sum(e * per_epoch if max_steps is None else min(max_steps, e * per_epoch) for e in phase_epochs)
+
+
 def make_optimizer(params: list[torch.nn.Parameter], s: TrainSettings) -> torch.optim.Optimizer:
     if s.optimizer == "sgd":
         return torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
@@ -90,8 +103,10 @@ def train_client(
     rng: np.random.Generator,
     meter: MeterCache | None = None,
     arch: str = "default",
+    on_step: StepHook | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], ClientCost]:
-    """One client's local training. ``tensors`` = its payload + private state.
+    """One client's local training. ``tensors`` = its payload + private state; ``on_step``
+    is told of every finished step (progress only: it does not change the training).
 
     Returns (upload, private state, cost); the upload holds the trained tensors named by
     ``method.upload_keys`` and the method's ``client_statistics``.
@@ -108,9 +123,13 @@ def train_client(
             torch.cuda.reset_peak_memory_stats(device)
         am.model.train()
         losses: list[float] = []
-        for phase in method.local_phases(plan):
+        phases = method.local_phases(plan)
+        steps = planned_steps(len(indices), settings.batch_size,
+                              [settings.local_epochs if p.epochs is None else p.epochs for p in phases],
+                              settings.max_steps)
+        for phase in phases:
             losses += _run_phase(am, task, method, dataset, indices, plan, phase, settings, rng, hidden, cost,
-                                 meter, (arch, adapter))
+                                 meter, (arch, adapter), None if on_step is None else lambda s: on_step(s, steps))
         am.model.eval()
         if device.type == "cuda":
             inactive = 0 if plan.blocks is None else sum(
@@ -132,7 +151,7 @@ def train_client(
 
 
 def _run_phase(am, task, method, dataset, indices, plan, phase: LocalPhase, settings, rng, hidden, cost,
-               meter, shape_key) -> list[float]:
+               meter, shape_key, on_step: Callable[[int], None] | None) -> list[float]:
     params = am.set_trainable(phase.trainable, shape_key[1])
     opt = make_optimizer(params, settings)
     losses: list[float] = []
@@ -164,6 +183,8 @@ def _run_phase(am, task, method, dataset, indices, plan, phase: LocalPhase, sett
             losses.append(loss)
             cost.steps += 1
             steps += 1
+            if on_step is not None:
+                on_step(cost.steps)
     return losses
 
 

