@@ -15,7 +15,7 @@ from torch import nn
 
 from fedbench.config import cfg_field, check, check_int
 from fedbench.tasks import TASKS
-from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig, TaskData
+from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, RunDefaults, TaskConfig, TaskData
 
 N_IN, WIDTH = 8, 16
 
@@ -51,7 +51,7 @@ class MLP(nn.Module):
 class NoisyBlobs(ClassificationTask):
     config_cls = NoisyBlobsConfig
     tiny = True  # runs on a CPU in seconds: one torch thread by default
-    run_defaults = {"clients": 4, "optimizer": "adamw", "lr": 0.05, "batch_size": 32}
+    run_defaults = RunDefaults(clients=4, optimizer="adamw", lr=0.05, batch_size=32)
 
     def load(self) -> TaskData:
         c = self.config
