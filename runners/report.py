@@ -44,10 +44,11 @@ def build_record(spec: RunSpec, outcome: Outcome, state: RunState | None, fed: F
     commit, dirty = git_info()
     logs = state.logs if state else []
     costs = [c for _, c in state.costs] if state else []
+    configs = spec.configs()
     rec["status"], rec["error"] = outcome.status, outcome.error
     rec["run"].update(
-        run_id=spec.run_id, method=spec.method, method_config=spec.configs()["method"], task=spec.task,
-        task_config=spec.configs()["task"], run_config=spec.configs()["run"], variant=spec.variant(),
+        run_id=spec.run_id, method=spec.method, method_config=configs["method"], task=spec.task,
+        task_config=configs["task"], run_config=configs["run"], variant=spec.variant(),
         setting=r.setting, roc=r.roc, capacities=list(r.capacities) if r.capacities else None, dynamic=r.dynamic,
         n_clients=fed.n_clients if fed else r.clients, clients_per_round=fed.per_round if fed else (r.per_round or 0),
         rounds=r.rounds, rounds_completed=len(logs), local_epochs=r.local_epochs, batch_size=r.batch_size,
