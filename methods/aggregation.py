@@ -235,7 +235,8 @@ def exact_lora_mean(parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
     return a_bar, b_bar, mean_product - b_bar @ a_bar
 
 
-def _cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def flat_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """cos(x, y) of the flattened tensors (0 when either is 0)."""
     return (x * y).sum() / (x.norm() * y.norm()).clamp_min(1e-30)
 
 
@@ -245,8 +246,8 @@ def fair_correction(a_bar: torch.Tensor, b_bar: torch.Tensor, target: torch.Tens
     dB* = argmin_dB [1 - cos(target, (B_bar + dB) A_bar)] + lam ||dB||_F^2, the cosine over
     the flattened matrices, by ``steps`` plain SGD steps of rate ``lr`` from dB = 0 in
     float32 (the spec's fixed solver). Returns (dB (d_out, r), cosine before, cosine after).
-    If the last iterate's objective is above the start's (a step too large), dB = 0 is
-    returned, so the cosine never drops below B_bar A_bar's."""
+    The iterate with the lowest objective is returned (dB = 0 included), so the cosine
+    never drops below B_bar A_bar's (the objective falls by at least lam ||dB||^2)."""
     a = a_bar.detach().float()
     b = b_bar.detach().float()
     t = target.detach().float()
@@ -254,18 +255,20 @@ def fair_correction(a_bar: torch.Tensor, b_bar: torch.Tensor, target: torch.Tens
     opt = torch.optim.SGD([db], lr=lr)
 
     def objective() -> torch.Tensor:
-        return 1 - _cosine(t, (b + db) @ a) + lam * db.square().sum()
+        return 1 - flat_cosine(t, (b + db) @ a) + lam * db.square().sum()
 
+    best, best_db = float("inf"), torch.zeros_like(b)
     with torch.enable_grad():
-        start = float(objective())
-        for _ in range(steps):
+        for step in range(steps + 1):
             opt.zero_grad()
             loss = objective()
+            if float(loss.detach()) < best:
+                best, best_db = float(loss.detach()), db.detach().clone()
+            if step == steps:
+                break
             loss.backward()
             opt.step()
-        end = float(objective())
-    db = db.detach() if end <= start else torch.zeros_like(b)
-    return db, float(_cosine(t, b @ a)), float(_cosine(t, (b + db) @ a))
+    return best_db, float(flat_cosine(t, b @ a)), float(flat_cosine(t, (b + best_db) @ a))
 
 
 def ridge_correction(a_bar: torch.Tensor, b_bar: torch.Tensor, target: torch.Tensor, lam: float) -> torch.Tensor:
