@@ -236,39 +236,44 @@ def exact_lora_mean(parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
 
 
 def flat_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """cos(x, y) of the flattened tensors (0 when either is 0)."""
-    return (x * y).sum() / (x.norm() * y.norm()).clamp_min(1e-30)
+    """cos(x, y) of the flattened matrices (the last two axes; 0 when either is 0)."""
+    dims = (-2, -1)
+    return (x * y).sum(dims) / (x.norm(dim=dims) * y.norm(dim=dims)).clamp_min(1e-30)
 
 
 def fair_correction(a_bar: torch.Tensor, b_bar: torch.Tensor, target: torch.Tensor, lam: float, steps: int,
-                    lr: float) -> tuple[torch.Tensor, float, float]:
+                    lr: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LoRA-FAIR's correction of the averaged B (Bian et al., ICCV 2025, Sec. 3):
     dB* = argmin_dB [1 - cos(target, (B_bar + dB) A_bar)] + lam ||dB||_F^2, the cosine over
     the flattened matrices, by ``steps`` plain SGD steps of rate ``lr`` from dB = 0 in
-    float32 (the spec's fixed solver). Returns (dB (d_out, r), cosine before, cosine after).
-    The iterate with the lowest objective is returned (dB = 0 included), so the cosine
-    never drops below B_bar A_bar's (the objective falls by at least lam ||dB||^2)."""
-    a = a_bar.detach().float()
-    b = b_bar.detach().float()
-    t = target.detach().float()
-    db = torch.zeros_like(b, requires_grad=True)
-    opt = torch.optim.SGD([db], lr=lr)
+    float32 (the spec's fixed solver). A_bar (..., r, d_in), B_bar (..., d_out, r), target
+    (..., d_out, d_in): leading axes are independent problems (modules of one shape solved
+    together). Returns dB (..., d_out, r) and the cosines before and after (...). Per
+    problem the iterate with the lowest objective is returned (dB = 0 included), so the
+    cosine never drops below B_bar A_bar's (the objective falls by at least lam ||dB||^2).
 
-    def objective() -> torch.Tensor:
-        return 1 - flat_cosine(t, (b + db) @ a) + lam * db.square().sum()
-
-    best, best_db = float("inf"), torch.zeros_like(b)
-    with torch.enable_grad():
-        for step in range(steps + 1):
-            opt.zero_grad()
-            loss = objective()
-            if float(loss.detach()) < best:
-                best, best_db = float(loss.detach()), db.detach().clone()
-            if step == steps:
-                break
-            loss.backward()
-            opt.step()
-    return best_db, float(flat_cosine(t, b @ a)), float(flat_cosine(t, (b + best_db) @ a))
+    The gradient is written out (no autograd: the server runs this T times per round):
+    with X = (B_bar + dB) A_bar and c = cos(T, X), d c / d X = T / (|T| |X|) - c X / |X|^2,
+    so a step is dB -= lr (-(d c / d X) A_bar^T + 2 lam dB)."""
+    a, b, t = a_bar.detach().float(), b_bar.detach().float(), target.detach().float()
+    dims = (-2, -1)
+    t_norm = t.norm(dim=dims, keepdim=True).clamp_min(1e-30)
+    db = torch.zeros_like(b)
+    best = torch.full(b.shape[:-2], float("inf"))
+    best_db = db
+    for step in range(steps + 1):
+        x = (b + db) @ a  # (..., d_out, d_in)
+        x_norm = x.norm(dim=dims, keepdim=True).clamp_min(1e-30)
+        cos = (t * x).sum(dims, keepdim=True) / (t_norm * x_norm)
+        loss = 1 - cos[..., 0, 0] + lam * db.square().sum(dims)
+        better = loss < best
+        best = torch.where(better, loss, best)
+        best_db = torch.where(better[..., None, None], db, best_db)
+        if step == steps:
+            break
+        d_cos = t / (t_norm * x_norm) - cos * x / x_norm ** 2  # (..., d_out, d_in)
+        db = db - lr * (-(d_cos @ a.transpose(-2, -1)) + 2 * lam * db)
+    return best_db, flat_cosine(t, b @ a), flat_cosine(t, (b + best_db) @ a)
 
 
 def ridge_correction(a_bar: torch.Tensor, b_bar: torch.Tensor, target: torch.Tensor, lam: float) -> torch.Tensor:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import torch
 
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
@@ -78,22 +79,26 @@ class LoRAFair(Method):
         out = weighted_mean_by_key(state.tensors, updates, c.weighting)  # A_bar, B_bar, head
         weights = np.array([client_weight(u, c.weighting) for u in updates])
         p = weights / weights.sum()
+        groups: dict[tuple, list[str]] = {}  # modules of one shape are solved together
+        for m in self.modules:
+            groups.setdefault((tuple(out[m + A_SFX].shape), tuple(out[m + B_SFX].shape)), []).append(m)
         before, after = [], []
         server = self.ctx.server
         with server.metered() if server is not None else contextlib.nullcontext():
-            for m in self.modules:
-                a_bar, b_bar = out[m + A_SFX].float(), out[m + B_SFX].float()
-                target = sum(float(pk) * (u.tensors[m + B_SFX].float() @ u.tensors[m + A_SFX].float())
-                             for pk, u in zip(p, updates))  # (d_out, d_in)
+            for mods in groups.values():
+                a_bar = torch.stack([out[m + A_SFX].float() for m in mods])  # (M, r, d_in)
+                b_bar = torch.stack([out[m + B_SFX].float() for m in mods])  # (M, d_out, r)
+                target = torch.stack([sum(float(pk) * (u.tensors[m + B_SFX].float() @ u.tensors[m + A_SFX].float())
+                                          for pk, u in zip(p, updates)) for m in mods])  # (M, d_out, d_in)
                 if c.solver == "ridge":
-                    db = ridge_correction(a_bar, b_bar, target, c.lam)
+                    db = torch.stack([ridge_correction(a, b, t, c.lam) for a, b, t in zip(a_bar, b_bar, target)])
                 else:
                     db, _, _ = fair_correction(a_bar, b_bar, target, c.lam, c.steps, c.server_lr)
-                before.append(float(flat_cosine(target, b_bar @ a_bar)))
-                after.append(float(flat_cosine(target, (b_bar + db) @ a_bar)))
-                out[m + B_SFX] = (b_bar + db).to(state.tensors[m + B_SFX].dtype)
+                before += flat_cosine(target, b_bar @ a_bar).tolist()
+                after += flat_cosine(target, (b_bar + db) @ a_bar).tolist()
+                for m, d in zip(mods, db):
+                    out[m + B_SFX] = (out[m + B_SFX].float() + d).to(state.tensors[m + B_SFX].dtype)
         cosine = {"before": float(np.mean(before)), "after": float(np.mean(after))}
         log.info("LoRA-FAIR: mean cosine(dW, B A) %.4f before, %.4f after the correction",
                  cosine["before"], cosine["after"])
         return MethodState(out, {**state.extra, "cosine": cosine})
-

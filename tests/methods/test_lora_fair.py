@@ -25,7 +25,20 @@ def test_one_sgd_step_from_zero_is_the_cosine_gradient():
     grad_x = t / (t.norm() * x.norm()) - cos * x / x.norm() ** 2  # d cos / d X; the lambda term is 0 at dB = 0
     db, before, after = fair_correction(a, b, t, lam=0.5, steps=1, lr=0.01)
     assert torch.allclose(db, 0.01 * grad_x @ a.T, atol=1e-6)
-    assert abs(before - float(cos)) < 1e-6 and after > before
+    assert abs(float(before) - float(cos)) < 1e-6 and after > before
+
+
+def test_two_steps_follow_autograd_of_the_objective():
+    a, b, t = _factors(1)
+    lam, lr = 0.5, 0.01
+    db = torch.zeros_like(b, requires_grad=True)
+    opt = torch.optim.SGD([db], lr=lr)
+    for _ in range(2):
+        opt.zero_grad()
+        (1 - flat_cosine(t, (b + db) @ a) + lam * db.square().sum()).backward()
+        opt.step()
+    got, _, _ = fair_correction(a, b, t, lam=lam, steps=2, lr=lr)
+    assert torch.allclose(got, db.detach(), atol=1e-6)
 
 
 def test_ridge_variant_by_hand():
@@ -39,14 +52,23 @@ def test_ridge_variant_by_hand():
     assert torch.allclose(ridge_correction(a, b, t, lam), want)
 
 
+def test_problems_stacked_on_a_leading_axis_are_solved_independently():
+    (a0, b0, t0), (a1, b1, t1) = _factors(2), _factors(3)
+    db, before, after = fair_correction(torch.stack([a0, a1]), torch.stack([b0, b1]), torch.stack([t0, t1]),
+                                        lam=0.01, steps=20, lr=0.01)
+    for i, (a, b, t) in enumerate(((a0, b0, t0), (a1, b1, t1))):
+        one, cb, ca = fair_correction(a, b, t, lam=0.01, steps=20, lr=0.01)
+        assert torch.allclose(db[i], one, atol=1e-6) and torch.isclose(after[i], ca, atol=1e-6)
+
+
 def test_cosine_never_drops_and_infinite_lambda_is_no_correction():
     for seed in range(5):
         a, b, t = _factors(seed)
         db, before, after = fair_correction(a, b, t, lam=0.01, steps=100, lr=0.01)
         assert after >= before and torch.count_nonzero(db) > 0
-        assert abs(after - float(flat_cosine(t, (b + db) @ a))) < 1e-6
+        assert abs(float(after) - float(flat_cosine(t, (b + db) @ a))) < 1e-6
         stiff, before, after = fair_correction(a, b, t, lam=1e8, steps=100, lr=0.01)
-        assert torch.equal(stiff, torch.zeros_like(b)) and after == before
+        assert torch.equal(stiff, torch.zeros_like(b)) and torch.equal(after, before)
         assert torch.allclose(ridge_correction(a, b, t, 1e8), torch.zeros_like(b), atol=1e-6)
 
 
