@@ -62,6 +62,10 @@ class FedPLoRA(RankMethod):
     config_cls = FedPLoRAConfig
     SENT_LABEL = "as sent (dense folded weights of every LoRA module + the selected factors + head)"
 
+    def _check_ranks(self, profiles) -> None:
+        if self.config.budget == "rank":  # with layer budgets every client trains the global rank
+            super()._check_ranks(profiles)
+
     def client_alpha(self, rank: int) -> float:
         return float(self.config.lora_alpha) * rank / self.r_max
 
@@ -122,10 +126,9 @@ class FedPLoRA(RankMethod):
         out = weighted_mean_by_key(state.tensors, heads, w)
         weights = [client_weight(u, w) for u in updates]
         slots = [u.plan.extra[SLOTS] for u in updates]
-        with self.metered():
-            for m in self.modules:
-                for k, dim in ((m + A_SFX, 0), (m + B_SFX, 1)):
-                    out[k] = slot_mean(state.tensors[k], [u.tensors[k] for u in updates], slots, weights, dim)
+        for m in self.modules:
+            for k, dim in ((m + A_SFX, 0), (m + B_SFX, 1)):
+                out[k] = slot_mean(state.tensors[k], [u.tensors[k] for u in updates], slots, weights, dim)
         return MethodState(out, state.extra)
 
     def eval_tensors(self, state):
