@@ -4,8 +4,8 @@ expected value is written as the arithmetic it should be."""
 import pytest
 import torch
 
-from fedbench.methods.aggregation import (component_mean, pad_rank, per_class_average, stack_lora, top_factors,
-                                          weighted_mean_by_key)
+from fedbench.methods.aggregation import (component_mean, pad_rank, per_class_average, slot_mean, stack_lora,
+                                          top_factors, weighted_mean_by_key)
 from fedbench.methods.base import ClientPlan, ClientUpdate
 
 
@@ -83,3 +83,23 @@ def test_per_class_average_is_count_weighted_per_class():
     assert torch.equal(total, torch.tensor([1.0 + 2.0, 3.0, 0.0]))
     left, _ = per_class_average(means, counts, leave_out=1)
     assert torch.equal(left[0], torch.tensor([1.0, 2.0]))
+
+
+def test_slot_mean_averages_each_module_over_the_clients_that_trained_it():
+    current = torch.full((4, 2), 9.0)  # R = 4 rank-1 modules (rows) of width 2
+    x0 = torch.tensor([[1.0, 2.0], [3.0, 4.0]])  # modules 1 and 3, weight 1
+    x1 = torch.tensor([[5.0, 6.0]])  # module 3, weight 3
+    out = slot_mean(current, [x0, x1], [[1, 3], [3]], [1.0, 3.0], dim=0)
+    assert torch.equal(out[1], torch.tensor([1.0, 2.0]))  # client 0 alone
+    assert torch.equal(out[3], torch.tensor([(3.0 * 1 + 5.0 * 3) / 4, (4.0 * 1 + 6.0 * 3) / 4]))
+    assert torch.equal(out[0], current[0]) and torch.equal(out[2], current[2])  # nobody trained them
+    cols = slot_mean(current.T, [x0.T, x1.T], [[1, 3], [3]], [1.0, 3.0], dim=1)  # B's module axis is 1
+    assert torch.equal(cols, out.T)
+
+
+def test_slot_mean_with_every_slot_is_the_weighted_mean_bit_for_bit():
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(3, 5, generator=g) for _ in range(3)]
+    ups = [upd(i, {"a": x}, n) for i, (x, n) in enumerate(zip(xs, [7, 2, 5]))]
+    want = weighted_mean_by_key({"a": torch.zeros(3, 5)}, ups, "examples")["a"]
+    assert torch.equal(slot_mean(torch.zeros(3, 5), xs, [[0, 1, 2]] * 3, [7.0, 2.0, 5.0], dim=0), want)
