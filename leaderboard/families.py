@@ -15,10 +15,12 @@ __all__ = ["FAMILIES", "OTHER", "family_of", "families_in"]
 FAMILIES: dict[str, tuple[str, ...]] = {
     "baselines": ("fedavg", "all_small", "straggler", "exclusive"),
     "layer / depth subsets": ("fedra", "fedra_fulldepth", "inclusivefl", "depthfl"),
-    "rank heterogeneity": ("hetlora", "flexlora", "flora"),
+    "rank heterogeneity": ("hetlora", "flexlora", "flora", "raflora", "hlora", "fed_plora"),
+    "LoRA aggregation (2024-2026)": ("ffa_lora", "fedex_lora", "lora_fair", "fed_sb"),
     "Fed-HeLLo": ("fed_hello", "fed_hello_fim", "fed_hello_rgd", "fed_hello_gd_triangle", "fed_hello_gd_inverted",
                   "fed_hello_gd_bottleneck", "fed_hello_gd_uniform"),
     "FedLoRA family (personalised)": ("fedlora", "standalone", "lg_fedavg", "fml", "fedkd", "fd", "fedproto"),
+    "shared-A personalised LoRA": ("fedsa_lora",),
 }
 OTHER = "other"
 _FAMILY_OF = {m: f for f, methods in FAMILIES.items() for m in methods}

@@ -15,7 +15,7 @@ step count (:func:`planned_steps`): the live view of a long client.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -153,7 +153,7 @@ def train_client(
 def _run_phase(am, task, method, dataset, indices, plan, phase: LocalPhase, settings, rng, hidden, cost,
                meter, shape_key, on_step: Callable[[int], None] | None) -> list[float]:
     params = am.set_trainable(phase.trainable, shape_key[1])
-    opt = make_optimizer(params, settings)
+    opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
     losses: list[float] = []
     steps = 0
     for _ in range(settings.local_epochs if phase.epochs is None else phase.epochs):

@@ -109,8 +109,6 @@ def test_traffic_counts_b_and_the_head_and_records_what_is_sent(tiny_am, ctx_for
         assert t.down_variants[m.SENT_LABEL] == tensor_bytes(pay) == t.down_bytes + 4 * 3 * r * 4  # + A
 
 
-@pytest.mark.xfail(strict=True, reason="the shared training loop (runners/train.py) does not apply "
-                                       "LocalPhase.lr_scale yet")
 def test_local_training_uses_ffa_own_learning_rate(tmp_path):
     """One SGD step from B = 0 on one client: B moves lr_scale times as far as at scale 1."""
     run = dict(rounds=1, clients=1, per_round=1, max_steps=1, optimizer="sgd", lr=0.01, seed=0,
