@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import warnings
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import torch
@@ -79,7 +80,9 @@ class AdapterModel:
         from peft import LoraConfig, inject_adapter_in_model  # peft on use (start-up stays cheap)
 
         cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=self.dropout, target_modules=self._targets, bias="none")
-        inject_adapter_in_model(cfg, self.model, adapter_name=adapter)
+        with warnings.catch_warnings():  # one adapter per rank is intended (rank methods): not peft's mistake to warn of
+            warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
+            inject_adapter_in_model(cfg, self.model, adapter_name=adapter)
 
     def _index(self) -> None:
         # (canonical name, adapter) -> parameter; head/base params have adapter None
