@@ -158,7 +158,10 @@ _SCHEMA = _Obj({
         "curve": _ListOf(_Obj({"round": INT, "metric": NUM_N, "train_loss": NUM_N})),
         "initial": _Opt(_INITIAL),  # the model before round 1 (run.eval_initial), or null
         "evaluation": _Opt(("str", False, "global")),  # "global" | "local" (mean over clients)
-        "per_client": _Opt(_MapOf(NUM, nullable=True)),  # local evaluation: client -> score
+        "per_client": _Opt(_MapOf(NUM, nullable=True)),  # local evaluation: client -> score (clients that trained)
+        # local evaluation: the clients never sampled (scored with a fresh model), kept out of
+        # final / per_client / local: their count and scores; null for global evaluation
+        "untrained_clients": _Opt(_Obj({"count": INT, "per_client": _MapOf(NUM)}, nullable=True)),
         "local": _Opt(_Obj({"mean": NUM_N, "std": NUM_N, "min": NUM_N, "median": NUM_N,
                             "by_arch": _MapOf(NUM)}, nullable=True)),
         # run.target_metric: the first evaluated round whose metric reaches it and the cost until then

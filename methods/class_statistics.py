@@ -138,8 +138,8 @@ class FD(StatisticsMethod):
 
 @dataclass(frozen=True)
 class FedProtoConfig(PersonalisedConfig):
-    lam: float = cfg_field(1.0, "FedProto lambda: weight of the squared L2 distance of a representation to its "
-                                "class's global prototype")
+    lam: float = cfg_field(1.0, "FedProto lambda (Eq. 8): weight of the mean squared error (over the 500 dims) "
+                                "of a representation to its class's global prototype")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -154,11 +154,13 @@ class FedProto(StatisticsMethod):
     Prototypes = per-class means of the 500-d representation (FC2 output, the same width
     in CNN-1..5); the server's global prototype of class c is the count-weighted mean
     ``sum_k n_kc P_kc / sum_k n_kc`` (:func:`aggregation.per_class_average`). Local loss:
-    ``CE(z, y) + lam * mean_b ||f(x_b) - P_{y_b}||^2`` (:func:`fedlora_math.proto_loss`,
-    squared L2 summed over dims; 0 for classes without a global prototype). Prediction:
-    the CNN's head (headline, FedLoRA's protocol); the nearest-global-prototype accuracy
-    is recorded as ``top1_proto`` (FedProto's own inference). Deviation: the L2 is summed
-    over the 500 dims (PFLlib's MSE averages it).
+    ``CE(z, y) + lam * MSE(f(x), P_y)`` (the paper's Eq. 8 ``L_S + lam * L_R`` as the authors'
+    code computes it: ``nn.MSELoss``, the mean over the batch and the 500 dims, lam = 1, the
+    authors' default; :func:`fedlora_math.proto_loss`; 0 for classes without a global
+    prototype). Before this, the squared L2 was summed over the 500 dims (500x the
+    reference scale). Prediction: the CNN's head (headline, FedLoRA's protocol); the
+    nearest-global-prototype accuracy is recorded as ``top1_proto`` (FedProto's own
+    inference).
     """
 
     config_cls = FedProtoConfig

@@ -24,8 +24,16 @@ Implemented (Sec. 4):
   inference" (Sec. 4.1, end): the headline is the local CNN's own output (``local``); the
   adapter branch's accuracy on the same split is recorded as ``top1_adapter``.
 
-Deviations: the paper's tuned rank, mu, epochs and learning rates are not in our text;
-defaults are rank 50 and mu 0.9 (Fig. 11: accuracy grows with mu); the two phases use the
+The rank (``rank``, the paper's d_1): Sec. 4.3 builds the decomposition adapter by
+factorising FC3's 500 x C matrix into 500 x d_1 and d_1 x C, a low-rank factorisation only
+when d_1 < C, and the adapter is "a low-rank version" of the local model (Sec. 1, 4.3).
+The numeric d_1 of Sec. 6 / Fig. 11 did not survive in our copy of the text (its math is
+stripped), so the default is half the class count (:func:`default_rank`: 5 for CIFAR-10
+and Fashion-MNIST, 50 for CIFAR-100), below C for both adapter structures. Before this the
+default was 50 for every task: rank 50 with 10 classes is not low rank.
+
+Deviations: the paper's tuned mu, epochs and learning rates are not in our text;
+defaults are mu 0.9 (Fig. 11: accuracy grows with mu); the two phases use the
 run's optimizer, learning rate and ``local_epochs`` each (``adapter_epochs`` overrides the
 second phase's), with a fresh optimizer per phase.
 """
@@ -45,12 +53,19 @@ from fedbench.tasks.cnn import FEATURE_DIM, TABLE1, arch_index
 ADAPTERS = ("auto", "direct", "decomposition")
 
 
+def default_rank(n_classes: int) -> int:
+    """The adapter rank when none is configured: half the class count, at least 1 (below
+    the class count for any C >= 2, so the factorised 500 x C FC3 is genuinely low rank)."""
+    return max(1, n_classes // 2)
+
+
 @dataclass(frozen=True)
 class FedLoRAConfig(PersonalisedConfig):
     adapter: str = cfg_field("auto", "adapter structure (Sec. 4.3): 'direct' (direct dimension reduction of FC2+FC3, "
                                      "homogeneous federations only), 'decomposition' (matrix decomposition of FC3), "
                                      "'auto' = direct when archs is one CNN, decomposition when archs=hetero")
-    rank: int = cfg_field(50, "width of the adapter's first layer (the paper's d_1, its low rank)")
+    rank: int | None = cfg_field(None, "width of the adapter's first layer (the paper's d_1, its low rank); "
+                                       "None = half the class count (below it, as a low rank must be)")
     mu: float = cfg_field(0.9, "Eq. 5 weight of the local model's CE (1 - mu on the frozen adapter's CE)")
     adapter_epochs: int | None = cfg_field(None, "epochs of phase 2 (adapter training); None = run.local_epochs")
 
@@ -59,7 +74,7 @@ class FedLoRAConfig(PersonalisedConfig):
         check(self, "adapter", self.adapter in ADAPTERS, f"must be one of {', '.join(ADAPTERS)}")
         check(self, "adapter", not (self.adapter == "direct" and self.archs == "hetero"),
               "'direct' needs one FC1 width for all clients: use it with archs=cnn1..cnn5, or 'decomposition'")
-        check(self, "rank", self.rank >= 1, "must be an integer >= 1")
+        check(self, "rank", self.rank is None or self.rank >= 1, "must be an integer >= 1 (or none)")
         check(self, "mu", 0.0 <= self.mu <= 1.0, "must be in [0, 1]")
         check(self, "adapter_epochs", self.adapter_epochs is None or self.adapter_epochs >= 1,
               "must be an integer >= 1 (or none)")
@@ -83,10 +98,11 @@ class FedLoRA(PersonalisedMethod):
     @classmethod
     def extra_modules(cls, config, ctx, head):
         cfg, c = config, int(ctx.n_classes)
+        rank = default_rank(c) if cfg.rank is None else cfg.rank
         if cfg.structure == "direct":
             d_in = TABLE1[arch_index(cfg.archs)][1]  # the FC1 width every client's CNN has
-            return {"adapter": fm.DirectReductionAdapter(d_in, cfg.rank, c)}
-        return {"adapter": fm.MatrixDecompositionAdapter(FEATURE_DIM, cfg.rank, c)}
+            return {"adapter": fm.DirectReductionAdapter(d_in, rank, c)}
+        return {"adapter": fm.MatrixDecompositionAdapter(FEATURE_DIM, rank, c)}
 
     def shared_keys(self) -> list[str]:
         return extra_keys("adapter", self.ctx.extra_keys)

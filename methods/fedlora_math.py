@@ -116,15 +116,17 @@ def fd_distill_loss(logits: torch.Tensor, y: torch.Tensor, global_logits: torch.
 # ---------------------------------------------------------------------------- FedProto
 def proto_loss(features: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, proto_counts: torch.Tensor,
                lam: float) -> torch.Tensor:
-    """FedProto (Tan et al. 2022) regulariser: ``lam * mean_b ||f(x_b) - P_{y_b}||^2``.
+    """FedProto (Tan et al. 2022, Eq. 8: ``L_S + lam * L_R``) regulariser on the reference
+    scale: ``lam * mean_b mean_d (f(x_b)_d - P_{y_b,d})^2``, the authors' ``nn.MSELoss()``
+    (mean over the batch and the D dims; PFLlib's is the same).
 
-    Squared L2 summed over the D dims (PFLlib's ``nn.MSELoss`` is this divided by D), over
-    examples whose class has a global prototype; 0 if none.
+    Over examples whose class has a global prototype; 0 if none. (Before this, the squared
+    L2 was summed over the D dims: D times the reference scale.)
     """
     keep = proto_counts[y] > 0
     if not keep.any():
         return features.sum() * 0.0
-    return lam * (features[keep] - protos[y[keep]]).pow(2).sum(-1).mean()
+    return lam * (features[keep] - protos[y[keep]]).pow(2).mean()
 
 
 def nearest_prototype(features: torch.Tensor, protos: torch.Tensor, proto_counts: torch.Tensor) -> torch.Tensor:

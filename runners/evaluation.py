@@ -4,7 +4,10 @@
 architecture with the method's ``eval_tensors``) on the test split the server did not
 hold out. ``"local"`` (personalised methods): every client's own model (its private state
 + the global part) on its own local test split, through the executor (one client's state
-in memory at a time), averaged over clients.
+in memory at a time), averaged over the clients that have trained (those with a private
+state in the store); a client never sampled would be scored with a fresh model, so its
+score is kept apart (``EvalResult.untrained_clients``). Before any client trained (the
+initial evaluation) every client is scored.
 """
 
 from __future__ import annotations
@@ -45,8 +48,10 @@ class Evaluator:
                 keys = self.method.private_keys(ClientPlan(c, 0, (), arch=arch))
                 yield EvalJob(c, arch, tensors, self.store.get(c), fed.local.test[c], keys)
 
-        results = executor.evaluate_local(jobs())
-        per_client = {c: r.value for c, r in enumerate(results)}
+        every = executor.evaluate_local(jobs())
+        scored, untrained = split_trained(dict(enumerate(every)), set(self.store.clients()))
+        results = list(scored.values())
+        per_client = {c: r.value for c, r in scored.items()}
         vals = np.array(list(per_client.values()), dtype=np.float64)
         name = results[0].metric_name if results else self.task.metric_name
         extra = {"worst_client": float(vals.min())}
@@ -54,7 +59,17 @@ class Evaluator:
             got = [r.extra[key] for r in results if key in r.extra and np.isfinite(r.extra[key])]
             if got:
                 extra[key] = float(np.mean(got))  # mean over clients, like the headline
-        return EvalResult(name, float(vals.mean()), None, extra), per_client
+        return (EvalResult(name, float(vals.mean()), None, extra, {c: r.value for c, r in untrained.items()}),
+                per_client)
 
 
-__all__ = ["Evaluator"]
+def split_trained(per_client: dict[int, Any], trained: set[int]) -> tuple[dict[int, Any], dict[int, Any]]:
+    """(the clients to score, the never-trained ones kept apart): the clients in ``trained``
+    and the rest; every client is scored while none has trained (the untrained model)."""
+    if not trained:
+        return dict(per_client), {}
+    return ({c: v for c, v in per_client.items() if c in trained},
+            {c: v for c, v in per_client.items() if c not in trained})
+
+
+__all__ = ["Evaluator", "split_trained"]

@@ -46,8 +46,18 @@ def results_section(logs: Sequence[RoundLog], last: EvalResult | None, initial: 
                                                  "extra": dict(initial.extra)},
         "per_client": {str(c): v for c, v in sorted((per_client or {}).items())},
         "local": local_summary(per_client, archs) if per_client else None,
+        "untrained_clients": untrained_section(last) if evaluation == "local" else None,
     }
     return out
+
+
+def untrained_section(last: EvalResult | None) -> dict | None:
+    """Local evaluation: how many clients never trained and their scores (a fresh model's),
+    kept out of ``final``, ``per_client`` and ``local``; null before any evaluation."""
+    if last is None:
+        return None
+    return {"count": len(last.untrained_clients),
+            "per_client": {str(c): v for c, v in sorted(last.untrained_clients.items())}}
 
 
 def local_summary(per_client: dict[int, float], archs: dict[int, str]) -> dict:

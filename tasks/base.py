@@ -172,6 +172,8 @@ class EvalResult:
     value: float
     per_domain: dict[str, float] | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    #: local evaluation: the scores of the clients that never trained (kept out of ``value``)
+    untrained_clients: dict[int, float] = field(default_factory=dict)
 
 
 def subset(dataset: Any, idx: np.ndarray) -> Any:

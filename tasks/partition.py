@@ -13,7 +13,10 @@ Each setting follows the paper that introduced it:
   proportions on top of a guaranteed minimum of 2 examples per holder.
 * ``k/-`` (e.g. ``10/-``) -- FedLoRA (fedlora_model_heterogeneous.txt, "Datasets"):
   pathological "assign only data from 10 out of the 100 classes to each client"
-  (non-IID: 10/100), i.e. k classes per client with equal shares.
+  (non-IID: 10/100), "following the method specified in (Shamsian et al., 2021)"
+  (pFedHN, Sec. 5): k classes per client, and each holder i of class c gets the share
+  ``a_ic / sum_j a_jc`` of it with ``a_ic ~ U(0.4, 0.6)`` (pFedHN's
+  ``gen_classes_per_node``); see :func:`uniform_share_counts`.
 * ``domain`` -- FedRA feature skew (fedra_2024_v2_arxiv.txt, "Datasets and
   Partition" (1)): "We create six clients using data from six domains" -- one
   client per domain, holding all of that domain's data.
@@ -143,6 +146,18 @@ def _dirichlet_counts(n: int, n_share: int, alpha: float, rng: np.random.Generat
     return counts + floor
 
 
+def uniform_share_counts(n: int, n_share: int, rng: np.random.Generator,
+                         low: float = 0.4, high: float = 0.6) -> np.ndarray:
+    """pFedHN's (Shamsian et al. 2021, Sec. 5) split of one class's ``n`` examples among its
+    ``n_share`` holders: holder i's share is ``a_i / sum_j a_j`` with ``a_i ~ U(low, high)``,
+    rounded down, the rounding leftovers (fewer than ``n_share``) handed to distinct holders."""
+    a = rng.uniform(low, high, size=n_share)
+    counts = np.floor(a / a.sum() * n).astype(np.int64)
+    residual = n - int(counts.sum())
+    counts[rng.choice(n_share, residual, replace=False)] += 1
+    return counts
+
+
 def _too_small(setting: str, n: int, n_clients: int, detail: str) -> UserError:
     return UserError(
         f"data too small for {n_clients} clients with setting {setting!r} "
@@ -205,7 +220,7 @@ def _deal_classes(labels, n_clients, k, rng, setting):
 
 
 def _split_k_classes(labels, n_clients, rng, setting, **_):
-    """k/a (Dirichlet(a) quantities per class) and k/- (equal shares per class)."""
+    """k/a (Dirichlet(a) quantities per class) and k/- (pFedHN's U(0.4, 0.6) shares per class)."""
     classes, holders = _deal_classes(labels, n_clients, setting.k, rng, setting)
     out: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
     for ci, c in enumerate(classes):
@@ -215,9 +230,9 @@ def _split_k_classes(labels, n_clients, rng, setting, **_):
         idx_c = rng.permutation(np.flatnonzero(labels == c))
         if setting.kind == "k_alpha":
             counts = _dirichlet_counts(len(idx_c), len(hs), setting.alpha, rng)
-            pieces = np.split(idx_c, np.cumsum(counts)[:-1])
         else:
-            pieces = np.array_split(idx_c, len(hs))
+            counts = uniform_share_counts(len(idx_c), len(hs), rng)
+        pieces = np.split(idx_c, np.cumsum(counts)[:-1])
         for client, piece in zip(hs, pieces):
             out[client].append(piece)
     return [np.concatenate(p) if p else np.empty(0, np.int64) for p in out]

@@ -14,6 +14,7 @@ from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, ClientUpdate, MethodContext, MethodState
 from fedbench.methods.personalised import assign_arch
+from fedbench.methods.fedlora import default_rank
 from fedbench.runners.state import RoundLog
 from fedbench.runners.experiment import Experiment
 from fedbench.runners.meters import ClientCost
@@ -143,6 +144,13 @@ def test_fedlora_direct_adapter_in_the_homogeneous_setting(tmp_path):
     exp, rec, spy = run_family("fedlora", tmp_path, method_config={"archs": "cnn1", "rank": 7}, rounds=1)
     assert set(rec["run"]["client_archs"].values()) == {"cnn1"}
     assert spy.results[0].upload["fedbench_extra.adapter.reduce.weight"].shape == (7, 2000)  # FC1 of CNN-1 -> rank
+
+
+def test_fedlora_default_rank_is_below_the_class_count(tmp_path):
+    """No rank configured: d_1 = C // 2, a genuinely low-rank 500 x C factorisation (tiny_vision: C = 10)."""
+    assert [default_rank(c) for c in (2, 10, 100)] == [2 // 2, 10 // 2, 100 // 2]
+    exp, rec, spy = run_family("fedlora", tmp_path, rounds=1)
+    assert spy.results[0].upload["fedbench_extra.adapter.down.weight"].shape == (10 // 2, 500)
 
 
 def test_fedlora_config_is_checked():

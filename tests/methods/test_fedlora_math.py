@@ -107,7 +107,7 @@ def test_proto_loss_and_nearest_prototype():
     y = torch.tensor([0, 1, 2])
     counts = torch.tensor([1.0, 2.0, 0.0])  # class 2 has no global prototype
     got = fm.proto_loss(f, y, P, counts, lam=0.5)
-    assert got.item() == pytest.approx(0.5 * ((1 + 4) + (9 + 16)) / 2)
+    assert got.item() == pytest.approx(0.5 * ((1 + 4) / 2 + (9 + 16) / 2) / 2)  # mean over the D = 2 dims too
     pred = fm.nearest_prototype(f, P, counts)
     assert pred.tolist() == [0, 0, 1]  # (9, 9) is nearest to (100, 100) but class 2 is absent
     assert fm.proto_loss(f[2:], y[2:], P, counts, 1.0).item() == 0.0

@@ -197,12 +197,27 @@ def test_k_classes_exactly_k_and_all_classes_held(setting, data):
     assert hist.sum() == N
 
 
-def test_k_path_equal_shares(data):
+def test_uniform_share_counts():
+    """pFedHN's split: shares a_i / sum(a) with a_i ~ U(0.4, 0.6), so any two holders' counts
+    differ by at most a factor 0.6 / 0.4 (+1 for rounding) and everything is handed out."""
+    rng = np.random.default_rng(0)
+    for n, h in [(1000, 2), (999, 3), (5, 4), (0, 2)]:
+        counts = P.uniform_share_counts(n, h, rng)
+        assert counts.sum() == n and len(counts) == h
+        assert counts.max() <= counts.min() * 0.6 / 0.4 + 1
+    draws = [tuple(P.uniform_share_counts(1000, 2, rng)) for _ in range(20)]
+    assert len(set(draws)) > 1 and any(abs(a - b) > 1 for a, b in draws)  # not equal shares
+
+
+def test_k_path_shares_follow_pfedhn(data):
     labels, _ = data
     hist = P.label_histograms(_run("3/-", 10, data, seed=2), labels, N_CLASSES)
+    spreads = []
     for c in range(N_CLASSES):
         shares = hist[:, c][hist[:, c] > 0]
-        assert shares.max() - shares.min() <= 1
+        assert shares.max() <= shares.min() * 0.6 / 0.4 + 1
+        spreads.append(int(np.ptp(shares)))
+    assert max(spreads) > 1  # the shares are drawn, not equal
 
 
 def test_k_alpha_dirichlet_skew(data):
