@@ -91,7 +91,7 @@ class PackedExecutor(LocalExecutor):
     def execute(self, jobs):
         jobs = list(jobs)
         worker, method = self.worker, self.worker.method
-        task, dataset = worker.pool.task, worker.pool.data.train
+        task = worker.pool.task
         results: list[ClientResult | None] = [None] * len(jobs)
         groups: dict[tuple, list[tuple[int, ClientJob, str, LocalPhase, dict]]] = {}
         for i, job in enumerate(jobs):
