@@ -67,14 +67,16 @@ def _one(method: str, task: str, task_config: dict, run: dict, method_config: di
 
 def packed_vs_local(task: str = "tiny_text", task_config: dict | None = None, method: str = "fedavg",
                     ks: Sequence[int] = (5, 10, 20), steps: int = 4, batch_size: int | None = None,
-                    method_config: dict | None = None, device: str | None = None, seed: int = 0) -> list[dict]:
+                    method_config: dict | None = None, device: str | None = None, seed: int = 0,
+                    roc: str | None = "1:1:1") -> list[dict]:
     """Client-steps/s of ``packed`` and ``local`` for each K in ``ks`` (K clients, all
     sampled, ``steps`` local steps each, two rounds, round 2 timed).
 
     Returns one dict per K: ``k``, ``local_steps_per_s``, ``packed_steps_per_s``,
     ``ratio`` (packed / local), ``local_s_per_step`` / ``packed_s_per_step`` ({tier: s/step}).
     ``task_config``, ``method_config``: overrides as for ``Experiment``; ``device``: "cpu",
-    "cuda" (None: the run default); ``batch_size`` None: the task's default."""
+    "cuda" (None: the run default); ``batch_size`` None: the task's default; ``roc``: the
+    tiers' ratio (``run.roc``; None: one tier)."""
     rows, data = [], None
     with tempfile.TemporaryDirectory() as out:
         for k in ks:
@@ -82,6 +84,8 @@ def packed_vs_local(task: str = "tiny_text", task_config: dict | None = None, me
                    "eval_every": 1000, "seed": seed, "out": out}
             if batch_size is not None:
                 run["batch_size"] = batch_size
+            if roc is not None:
+                run["roc"] = roc
             if device is not None:
                 run["device"] = device
             row: dict[str, Any] = {"k": k}
