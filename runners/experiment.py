@@ -28,6 +28,7 @@ from fedbench import records
 from fedbench.errors import UserError
 from fedbench.runners import checkpoint
 from fedbench.runners import ray_executor  # noqa: F401 - registers the "ray" executor (imports ray only when used)
+from fedbench.runners import packed  # noqa: F401 - registers the "packed" executor
 from fedbench.runners.callbacks import Callback, DivergenceGuard
 from fedbench.runners.environment import resolve_device, resolve_threads
 from fedbench.runners.evaluation import Evaluator

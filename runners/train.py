@@ -155,37 +155,61 @@ def _run_phase(am, task, method, dataset, indices, plan, phase: LocalPhase, sett
     params = am.set_trainable(phase.trainable, shape_key[1])
     opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
     losses: list[float] = []
+    for batch in phase_batches(task, dataset, indices, phase, settings, rng, am.device):
+        bsz = _batch_size(batch)
+        if meter is not None and cost.steps == 0:
+            key = meter_key(shape_key, phase, plan, batch)
+            if key in meter.figures:
+                meter.reused += 1
+                loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
+                cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes, cost.breakdown = \
+                    meter.figures[key]
+            else:
+                meter.measured += 1
+                loss = _measured_step(am, task, method, plan, phase, batch, params, opt, settings, cost, hidden)
+                meter.figures[key] = (cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes,
+                                      dict(cost.breakdown))
+            cost.first_batch = bsz
+        else:
+            loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
+        if cost.first_batch:
+            cost.flops_total += (cost.flops_forward_step + cost.flops_backward_step) * bsz / cost.first_batch
+        losses.append(loss)
+        cost.steps += 1
+        if on_step is not None:
+            on_step(cost.steps)
+    return losses
+
+
+def phase_batches(task: Task, dataset: Any, indices: np.ndarray, phase: LocalPhase, settings: TrainSettings,
+                  rng: np.random.Generator, device: torch.device) -> Iterator[Any]:
+    """The batches of one client's ``phase``, on ``device``: per epoch a permutation of
+    ``indices`` drawn from ``rng``, at most ``settings.max_steps`` batches in all."""
     steps = 0
     for _ in range(settings.local_epochs if phase.epochs is None else phase.epochs):
         order = rng.permutation(indices)
         for batch in iterate_batches(dataset, order, settings.batch_size, task.collate):
             if settings.max_steps is not None and steps >= settings.max_steps:
                 break
-            batch = to_device(batch, am.device)
-            bsz = _batch_size(batch)
-            if meter is not None and cost.steps == 0:
-                key = shape_key + (phase.name, plan.blocks, tuple(sorted(phase.trainable)), _shape(batch))
-                if key in meter.figures:
-                    meter.reused += 1
-                    loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
-                    cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes, cost.breakdown = \
-                        meter.figures[key]
-                else:
-                    meter.measured += 1
-                    loss = _measured_step(am, task, method, plan, phase, batch, params, opt, settings, cost, hidden)
-                    meter.figures[key] = (cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes,
-                                          dict(cost.breakdown))
-                cost.first_batch = bsz
-            else:
-                loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
-            if cost.first_batch:
-                cost.flops_total += (cost.flops_forward_step + cost.flops_backward_step) * bsz / cost.first_batch
-            losses.append(loss)
-            cost.steps += 1
+            yield to_device(batch, device)
             steps += 1
-            if on_step is not None:
-                on_step(cost.steps)
-    return losses
+
+
+def meter_key(shape_key: tuple, phase: LocalPhase, plan: ClientPlan, batch: Any) -> tuple:
+    """The :class:`MeterCache` key of a client's first step: ``shape_key`` (architecture,
+    adapter), the phase, the blocks, the trainable set and the batch's tensor shapes."""
+    return shape_key + (phase.name, plan.blocks, tuple(sorted(phase.trainable)), _shape(batch))
+
+
+def measure_step(am: AdapterModel, task: Task, method: Method, plan: ClientPlan, phase: LocalPhase, batch: Any,
+                 settings: TrainSettings, adapter: str, cost: ClientCost) -> float:
+    """One step of ``plan``'s ``phase`` on the tensors loaded in ``am`` under the meters
+    (the figures of :func:`train_client`'s measured first step, into ``cost``), with an
+    optimizer of its own; returns the loss. For executors that train a client's steps
+    elsewhere (``packed``): the step's update to ``am`` is the caller's to discard."""
+    params = am.set_trainable(phase.trainable, adapter)
+    opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
+    return _measured_step(am, task, method, plan, phase, batch, params, opt, settings, cost, {})
 
 
 def _batch_size(batch: Any) -> int:

@@ -175,16 +175,8 @@ class ClientWorker:
     def run(self, job: ClientJob, on_step: StepHook | None = None) -> ClientResult:
         """Train ``job``'s client; ``on_step(step, steps)`` hears of each local step (progress)."""
         plan, method = job.plan, self.method
-        arch = self.pool.arch(plan.arch)
+        arch, tensors = self.job_tensors(job)
         am = self.pool.get(arch)
-        private = job.private
-        if private is None:
-            private = self.pool.fresh(arch, method.private_keys(plan))
-        tensors = {**job.payload, **private}
-        missing = sorted(set(method.model_keys(plan)) - set(tensors))
-        if missing:  # no hidden channel: the client's model may only use what it was sent or keeps
-            raise RuntimeError(f"client {plan.client}'s model uses {len(missing)} tensors it was neither sent nor "
-                               f"keeps, e.g. {missing[0]}")
         reset = self.rss.reset()
         with torch.random.fork_rng(devices=[am.device] if am.device.type == "cuda" else []):
             torch.manual_seed(job.seed)
@@ -193,6 +185,21 @@ class ClientWorker:
                                               self.meter, arch, on_step)
         cost.rss_peak_bytes = self.rss.read() if reset else None
         return ClientResult(plan.client, upload, priv, cost)
+
+    def job_tensors(self, job: ClientJob) -> tuple[str, dict[str, torch.Tensor]]:
+        """``job``'s architecture and the tensors its model starts from: its payload and
+        its private state (fresh from the architecture before its first round)."""
+        plan, method = job.plan, self.method
+        arch = self.pool.arch(plan.arch)
+        private = job.private
+        if private is None:
+            private = self.pool.fresh(arch, method.private_keys(plan))
+        tensors = {**job.payload, **private}
+        missing = sorted(set(method.model_keys(plan)) - set(tensors))
+        if missing:  # no hidden channel: the client's model may only use what it was sent or keeps
+            raise RuntimeError(f"client {plan.client}'s model uses {len(missing)} tensors it was neither sent nor "
+                               f"keeps, e.g. {missing[0]}")
+        return arch, tensors
 
     def evaluate(self, job: EvalJob) -> EvalResult:
         """Local evaluation: the model of ``job.arch`` with the global tensors and the

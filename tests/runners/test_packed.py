@@ -1,0 +1,118 @@
+"""The packed executor gives the local executor's record and uploads.
+
+With LoRA dropout 0 (tiny_text's BERT has no dropout of its own) every uploaded tensor,
+private state, loss and cost figure but time is identical in fp32 on CPU: each client's
+rows meet exactly its own LoRA and head tensors through the same per-client operations
+as sequentially (bmm over equally long batches computes each client's product with the
+same kernel as mm here; a shorter last batch takes one linear per client), and only the
+frozen base layers run over more rows, which leaves every row's result unchanged.
+"""
+
+import pytest
+import torch
+
+from fedbench.runners.experiment import Experiment
+from fedbench.runners.summary import PROCESS_MEASURES
+
+from smoke import SMALL_TASK_CONFIGS
+
+# 8 clients of 20 examples at batch 8: batches of 8, 8, 4 (a short last batch), 2 local epochs, at most
+# 5 steps (the second epoch stops early)
+NO_DROPOUT = {"lora_dropout": 0.0}
+RUN = dict(rounds=2, clients=8, per_round=8, batch_size=8, local_epochs=2, max_steps=5, eval_every=1)
+
+
+class Tee(Experiment):
+    """Keeps every client result its executor gives (round, client) -> result."""
+
+    def make_executor(self):
+        executor = super().make_executor()
+        self.results, inner = {}, executor.execute
+
+        def execute(jobs):
+            for job_res in inner(jobs):
+                self.results[(len(self.state.logs) + 1, job_res.client)] = job_res
+                yield job_res
+        executor.execute = execute
+        self.executor = executor
+        return executor
+
+
+def run(tmp_path, method, executor, run_cfg=None, method_cfg=None):
+    exp = Tee(method, "tiny_text", {**RUN, **(run_cfg or {}), "out": str(tmp_path / executor), "executor": executor},
+              method_config=method_cfg or {}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
+    rec, _ = exp.run()
+    assert rec["status"] == "ok", rec["error"]
+    return rec, exp
+
+
+def same_record(a, b):
+    assert a["results"] == b["results"]
+    assert {k: v for k, v in a["cost"].items() if k not in PROCESS_MEASURES} == \
+        {k: v for k, v in b["cost"].items() if k not in PROCESS_MEASURES}
+    assert a["run"]["run_id"] == b["run"]["run_id"]
+
+
+def same_results(a: Experiment, b: Experiment):
+    assert a.results.keys() == b.results.keys()
+    for key, ra in a.results.items():
+        rb = b.results[key]
+        assert ra.upload.keys() == rb.upload.keys() and ra.private.keys() == rb.private.keys()
+        for k in ra.upload:
+            assert torch.equal(ra.upload[k], rb.upload[k]), (key, k)
+        for k in ra.private:
+            assert torch.equal(ra.private[k], rb.private[k]), (key, k)
+        ca, cb = ra.cost, rb.cost
+        for f in ("steps", "train_loss", "first_loss", "flops_forward_step", "flops_backward_step", "flops_total",
+                  "first_batch", "accounted_bytes", "breakdown", "n_examples"):
+            assert getattr(ca, f) == getattr(cb, f), (key, f)
+
+
+# method -> whether some of its clients train packed (hetlora's rank regulariser is a
+# client loss of its own: its clients run sequentially, still the same record)
+METHODS = {"fedavg": True, "fed_hello_fim": True, "fed_hello_rgd": True, "fed_hello_gd_bottleneck": True,
+           "straggler": True, "hetlora": False, "flexlora": True, "fedra": True, "inclusivefl": True}
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_packed_gives_the_local_record_and_uploads(tmp_path, method):
+    local, exp_l = run(tmp_path, method, "local", method_cfg=NO_DROPOUT)
+    packed, exp_p = run(tmp_path, method, "packed", method_cfg=NO_DROPOUT)
+    assert packed["run"]["runner"] == "packed"
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
+    placed = exp_p.executor.placement
+    assert len(placed["packed"]) + len(placed["sequential"]) == 2 * 8
+    assert bool(placed["packed"]) == METHODS[method]
+
+
+def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
+    """LoRA dropout 0.1 (Fed-HeLLo's): each client's masks come from its own stream, so the
+    run is not local's draw, but it finishes, learns and gives a record of the same shape."""
+    local, _ = run(tmp_path, "fed_hello_gd_bottleneck", "local", {"rounds": 3})
+    packed, exp = run(tmp_path, "fed_hello_gd_bottleneck", "packed", {"rounds": 3})
+    assert exp.executor.placement["packed"]
+    curve = packed["results"]["curve"]
+    assert curve[-1]["train_loss"] < exp.state.initial_loss  # the loss before any update
+
+    def shape(d):
+        return {k: shape(v) for k, v in d.items()} if isinstance(d, dict) else type(d).__name__
+    assert shape(packed["results"]) == shape(local["results"]) and shape(packed["cost"]) == shape(local["cost"])
+
+
+def test_router_gives_each_client_its_own_lora_and_head():
+    """Rows 0-1 are client 0's, row 2 client 1's (unequal: one linear per client), then
+    two equal halves (bmm): each row's update is (alpha / r) B_k A_k x with its own k."""
+    from fedbench.runners.packed_route import RowClient, Router
+
+    a0, b0 = torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0], [0.0]])  # A (r=1, d=2), B (d=2, r=1)
+    a1, b1 = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0], [3.0]])
+    t0 = {"m.lora_A.weight": a0, "m.lora_B.weight": b0, "h.weight": torch.tensor([[1.0, 1.0]]), "h.bias": torch.tensor([0.5])}
+    t1 = {"m.lora_A.weight": a1, "m.lora_B.weight": b1, "h.weight": torch.tensor([[1.0, -1.0]]), "h.bias": torch.tensor([0.0])}
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    uneven = Router([RowClient(t0, None), RowClient(t1, None)], [2, 1])
+    assert torch.equal(uneven.lora_delta("m", x, 0.5, 0.0), torch.tensor([[1 * 2 * 0.5, 0.0], [3 * 2 * 0.5, 0.0],
+                                                                          [0.0, 6 * 3 * 0.5]]))
+    assert torch.equal(uneven.head("h", x), torch.tensor([[1 + 2 + 0.5], [3 + 4 + 0.5], [5 - 6 + 0.0]]))
+    even = Router([RowClient(t0, None), RowClient(t1, None)], [1, 1])
+    assert torch.equal(even.lora_delta("m", x[:2], 0.5, 0.0), torch.tensor([[1 * 2 * 0.5, 0.0], [0.0, 4 * 3 * 0.5]]))
