@@ -1,4 +1,4 @@
-"""``fedbench``: list, run, sweep, leaderboard, plot, export, compare.
+"""``fedbench``: list, run, sweep, leaderboard, plot, export, compare, claims.
 
 The parser is built from the config fields' metadata (:mod:`fedbench.config`): every run
 field with a flag becomes a ``fedbench run`` option with the field's help. ``list`` lives
@@ -107,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--against", nargs="+", required=True, metavar="METHOD", help="methods B to test A against")
     cp.add_argument("--task", required=True, help="task whose records to compare")
     cp.add_argument("--records", default="results", help="records directory (default: results)")
+    cl = sub.add_parser("claims", help="test the seed papers' claims (leaderboard/claims/*.yaml) on result records: "
+                        "paired difference, 95%% CI, Holm p, verdict (committed report: --all --records "
+                        "leaderboard/records --out leaderboard/claims.md)")
+    cl.add_argument("papers", nargs="*", metavar="PAPER", help="papers whose claims to test (a claim file's name)")
+    cl.add_argument("--all", action="store_true", help="every paper with a claim file")
+    cl.add_argument("--claims", default="leaderboard/claims", help="folder of claim files "
+                    "(default: leaderboard/claims)")
+    cl.add_argument("--records", default="leaderboard/records", help="records directory "
+                    "(default: leaderboard/records)")
+    cl.add_argument("--out", help="markdown file to write (default: print the report)")
     return p
 
 
@@ -163,6 +173,24 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_claims(args) -> int:
+    from fedbench.leaderboard.claims import paper_names
+    from fedbench.leaderboard.claims_report import build_report, write_claims
+    from fedbench.records import load_records
+
+    if args.all == bool(args.papers):
+        raise UserError("name the papers whose claims to test, or --all (not both)")
+    papers = paper_names(args.claims) if args.all else args.papers
+    if not papers:
+        raise UserError(f"no claim files under {args.claims}")
+    text = build_report(args.claims, load_records(args.records), papers)
+    if args.out:
+        print(write_claims(args.out, text))
+    else:
+        print(text, end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -180,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with cancel_on_signals():  # a signal between runs, or after the record is written: exit 130
                 return (cmd_run if args.cmd == "run" else cmd_sweep)(args)
         return {"leaderboard": cmd_leaderboard, "plot": cmd_plot, "export": cmd_export,
-                "compare": cmd_compare}[args.cmd](args)
+                "compare": cmd_compare, "claims": cmd_claims}[args.cmd](args)
     except UserError as e:
         print(f"fedbench: error: {str(e).splitlines()[0] if str(e) else 'bad input'}", file=sys.stderr)
         return 2

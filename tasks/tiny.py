@@ -18,6 +18,7 @@ config checks the three share.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -71,9 +72,17 @@ class TinyTextConfig(TaskConfig):
     depth: int = cfg_field(12, "BERT layers")
     width: int = cfg_field(48, "hidden size")
     data_seed: int = cfg_field(0, "seed of the made-up data")
+    label: Literal["keyword", "order"] = cfg_field(
+        "keyword", "what the label is: keyword = which class's keywords the sequence holds (readable from a "
+        "bag of tokens); order = class pair from the keywords, and which of the pair's two keywords comes first "
+        "(needs token interactions: n_classes even, keywords 2)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check(self, "label", self.label in ("keyword", "order"), "must be keyword or order")
+        if self.label == "order":
+            check(self, "n_classes", self.n_classes % 2 == 0, "must be even with label=order (2 orders per pair)")
+            check(self, "keywords", self.keywords == 2, "must be 2 with label=order (one keyword of each kind)")
         check_tiny(self, "tiny_text", (), "a built-in tiny BERT; see task.depth and task.width")
         check_int(self, "n_classes", 2, MAX_CLASSES)
         check_int(self, "n_train", 1, MAX_SEQUENCES, why="(sequences are made one by one)")
@@ -92,7 +101,12 @@ class TinyTextConfig(TaskConfig):
 
 def make_tiny_text(cfg: TinyTextConfig, n: int, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Sequences [CLS] tokens...: ``keywords`` tokens from the class's own keyword set at
-    random positions, filler tokens elsewhere. Token 0 = PAD, 1 = CLS."""
+    random positions, filler tokens elsewhere. Token 0 = PAD, 1 = CLS.
+
+    ``label="order"``: class ``y`` belongs to pair ``y // 2``; the sequence holds one "A"
+    keyword (the pair's keyword 0 or 1) and one "B" keyword (2 or 3) at random positions, A
+    first for even ``y``, B first for odd: the bag of tokens names the pair, only the order
+    names the class."""
     kw_per_class = 4
     first_filler = 2 + cfg.n_classes * kw_per_class
     if first_filler >= cfg.vocab_size:
@@ -100,6 +114,13 @@ def make_tiny_text(cfg: TinyTextConfig, n: int, split_seed: int) -> tuple[np.nda
     rng = np.random.default_rng([cfg.data_seed, split_seed])
     y = rng.integers(0, cfg.n_classes, size=n)
     x = rng.integers(first_filler, cfg.vocab_size, size=(n, cfg.seq_len))
+    if cfg.label == "order":
+        for i in range(n):
+            first, second = np.sort(rng.choice(np.arange(1, cfg.seq_len), size=2, replace=False))
+            a, b = 2 + (y[i] // 2) * kw_per_class + rng.integers(0, 2, size=2) + np.array([0, 2])
+            x[i, first], x[i, second] = (a, b) if y[i] % 2 == 0 else (b, a)
+        x[:, 0] = 1
+        return x, y
     for i in range(n):
         pos = rng.choice(np.arange(1, cfg.seq_len), size=cfg.keywords, replace=False)
         x[i, pos] = 2 + y[i] * kw_per_class + rng.integers(0, kw_per_class, size=cfg.keywords)

@@ -15,15 +15,25 @@ The broken variants are test-only Method subclasses, registered for the duration
 test (:func:`broken_methods`), never in the product registry; the test shows each of them
 fails the check. Methods that cannot beat a reference by design: :data:`EXEMPT`.
 
-Not yet applied to every registered method: on tiny_text (keyword labels a frozen random
-BERT's pooled features expose linearly) FedAvg does not beat head-only by the margin
-(5 rounds, seeds 0 / 1: -0.125, +0.250), so the per-method sweep needs a tiny task whose
-label depends on token interactions first; :func:`shortfalls` is the check it will call.
+Globally evaluated methods run on tiny_text with ``label=order`` (:data:`LEARN_TEXT`): the
+keyword labels of the default config are linearly readable from the frozen random BERT's
+pooled features (FedAvg did not beat head-only there: 5 rounds, seeds 0 / 1: -0.125,
++0.250), while the order of two keywords needs the attention that LoRA on q/v trains.
+FedAvg, 5 rounds, seeds 0 / 1: 0.460 / 0.493 against head-only 0.393 / 0.420.
+
+Every registered classification method is checked (:func:`test_method_learns`, parametrised
+over the registry like test_conformance). The default run checks :data:`FAST`; the rest
+are marked slow and run only with ``FEDBENCH_LEARNING_ALL=1`` (about 5-20 s a run on one
+core, two seeds each: too slow for the default suite). Not yet passing at this budget
+(5 rounds, 4 clients, 1:1:1): fedra (head-only gain +0.000 / -0.007) and hetlora; whether
+that is budget or design is not settled, so neither is exempt.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
+
+import os
 
 import numpy as np
 import pytest
@@ -34,7 +44,7 @@ from fedbench.methods.baselines import FedAvg
 from fedbench.methods.base import ClientPlan, LocalPhase
 from fedbench.methods.own_model import Standalone
 from fedbench.runners.experiment import Experiment
-from test_conformance import LEARN_DATA, LEARN_ROUNDS, task_config_for
+from test_conformance import LEARN_CASES, LEARN_DATA, LEARN_ROUNDS, task_config_for
 
 #: run seeds every method and reference is run with (paired by seed)
 SEEDS = (0, 1)
@@ -42,6 +52,17 @@ SEEDS = (0, 1)
 MARGIN = 0.05
 #: (method, reference) -> why the method cannot beat that reference by MARGIN here
 EXEMPT: dict[tuple[str, str], str] = {}
+#: tiny_text for the globally evaluated methods: labels that need token interactions
+LEARN_TEXT = {"label": "order", "keywords": 2, "n_train": 600, "n_test": 200, "seq_len": 12}
+#: methods checked in the default run (the others: FEDBENCH_LEARNING_ALL=1)
+FAST = ("fedavg", "fed_hello")
+
+
+def learn_config(method: str, task: str, personalised: bool) -> dict:
+    """The task config of the learning check: personalised methods get the 2-classes-per-client
+    data (:data:`LEARN_DATA`), globally evaluated ones on tiny_text the order labels."""
+    extra = LEARN_DATA.get(task, {}) if personalised else (LEARN_TEXT if task == "tiny_text" else {})
+    return {**task_config_for(method, task), **extra}
 
 
 def learning_shortfalls(finals: list[float], refs: dict[str, list[float]], margin: float) -> list[str]:
@@ -116,8 +137,7 @@ def run_once(method: str, task: str, personalised: bool, seed: int, tmp_path_fac
         run = dict(rounds=LEARN_ROUNDS, clients=4, per_round=4, roc="1:1:1", seed=seed,
                    out=str(tmp_path_factory.mktemp("learn")), eval_initial=True, eval_every=LEARN_ROUNDS,
                    measure_flops=False, setting="2/-" if personalised else "iid")
-        cfg = {**task_config_for(method, task), **(LEARN_DATA.get(task, {}) if personalised else {})}
-        rec, _ = Experiment(method, task, run, task_config=cfg).run()
+        rec, _ = Experiment(method, task, run, task_config=learn_config(method, task, personalised)).run()
         assert rec["status"] == "ok", rec["error"]
         _RUNS[key] = rec
     return _RUNS[key]
@@ -129,7 +149,7 @@ def majority_class(task: str, personalised: bool) -> int:
     from fedbench.config import build_config
     task_cls = TASKS.get(task)
     method = "test_bias_only" if personalised else "test_constant"
-    cfg = {**task_config_for(method, task), **(LEARN_DATA.get(task, {}) if personalised else {})}
+    cfg = learn_config(method, task, personalised)
     labels = task_cls(build_config(task_cls.config_cls, cfg, "task")).load().train_labels
     return int(np.bincount(np.asarray(labels)).argmax())
 
@@ -153,3 +173,31 @@ def shortfalls(method: str, task: str, tmp_path_factory) -> list[str]:
                                          ("test_bias_only", "tiny_vision")])
 def test_broken_variants_fail(method, task, broken_methods, tmp_path_factory):
     assert shortfalls(method, task, tmp_path_factory), f"{method} passed the learning check"
+
+
+def _case(method: str, task: str):
+    if method in FAST:
+        return pytest.param(method, task)
+    return pytest.param(method, task, marks=[pytest.mark.slow, pytest.mark.skipif(
+        not os.environ.get("FEDBENCH_LEARNING_ALL"), reason="learning check of every method: FEDBENCH_LEARNING_ALL=1")])
+
+
+@pytest.mark.parametrize("method,task", [_case(m, t) for m, t in LEARN_CASES])
+def test_method_learns(method, task, broken_methods, tmp_path_factory):
+    assert not shortfalls(method, task, tmp_path_factory), "\n".join(shortfalls(method, task, tmp_path_factory))
+
+
+def test_order_labels_are_named_by_keyword_order():
+    """label=order: one A keyword (pair token 0/1) and one B keyword (2/3) of pair y // 2; A first iff y even."""
+    from fedbench.tasks.tiny import TinyTextConfig, make_tiny_text
+
+    cfg = TinyTextConfig(**LEARN_TEXT)
+    x, y = make_tiny_text(cfg, 200, 1)
+    first_filler = 2 + cfg.n_classes * 4
+    for row, label in zip(x, y):
+        pos = np.flatnonzero((row >= 2) & (row < first_filler))
+        assert len(pos) == 2
+        kinds = (row[pos] - 2) // 4, (row[pos] - 2) % 4 // 2  # (pair, 0 = A / 1 = B) per keyword
+        assert list(kinds[0]) == [label // 2] * 2 and sorted(kinds[1]) == [0, 1]
+        assert (kinds[1][0] == 0) == (label % 2 == 0)
+    assert set(y) == set(range(cfg.n_classes))

@@ -1,0 +1,214 @@
+"""The seed papers' claims, read from ``leaderboard/claims/<paper>.yaml``, tested against
+the committed records (``fedbench claims``; the report is :mod:`~fedbench.leaderboard.claims_report`).
+
+A claim is "A beats B under setting S" as one cell pair of a paper's table: method A (the
+paper's), method B (a baseline or ablation), a resource label (RoC) and federation, one
+data setting, and the two figures the paper prints (``null`` where our copy of the paper
+does not show a legible number; the claim's direction then comes from the block's
+``claim``). A claim file holds blocks, one per paper table::
+
+    paper: fed_hello
+    title: Fed-HeLLo (...)
+    blocks:
+      - table: Table III (LEDGAR, BERT-base, Macro-F1)
+        task: ledgar                 # the task whose records test it
+        method: fed_hello            # A
+        columns: {iid: IID, 20/1.0: 20/1.0}  # our setting -> the paper's column
+        groups:
+          - roc: "6:3:1"             # the records' resource label
+            where: {clients: 10}     # optional: run/method fields the rows must have
+            figures: {fed_hello: [67.00, 65.58], straggler: [56.82, 51.05]}
+        not_testable: why            # optional: the records cannot test it
+        command: fedbench run ...    # optional: how to run a missing cell ({a} {b} {setting} {roc})
+        claim: ">"                   # the paper's direction where a figure is null
+        figure_note: ...             # what a null figure means (default: not legible in our copy)
+
+Pairing is :func:`fedbench.leaderboard.compare.compare`'s: A's row and B's row of the same
+cohort (resource label, federation, task config), the same setting, the seeds both have.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedbench.config import read_yaml
+from fedbench.errors import UserError
+from fedbench.leaderboard.groups import RowKey, Section
+from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
+
+__all__ = ["Claim", "Fix", "Measured", "find_row", "load_claims", "load_fixes", "measure", "paper_names",
+           "seeds_needed"]
+
+#: the file of :class:`Fix` entries next to the claim files (not a paper)
+FIXES_FILE = "fixes.yaml"
+
+
+@dataclass(frozen=True)
+class Claim:
+    paper: str
+    table: str
+    task: str
+    a: str  # the paper's method
+    b: str  # the method it is claimed to beat (or, with sign -1, to trail)
+    roc: str  # the records' resource label
+    where: tuple  # ((field, canonical JSON value), ...) the rows' variant must contain
+    group: str  # the paper's name of the resource group / federation
+    setting: str  # our setting
+    column: str  # the paper's column
+    fig_a: float | None
+    fig_b: float | None
+    sign: int  # +1: the paper has A ahead of B; -1: behind
+    not_testable: str | None  # why the committed records cannot test it
+    command: str | None  # how to run a missing cell, with {a} {b} {setting} {roc}
+    figure_note: str  # what a null figure means (the block's ``figure_note``)
+
+    @property
+    def paper_diff(self) -> float | None:
+        return None if self.fig_a is None or self.fig_b is None else self.fig_a - self.fig_b
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A correction to a method after which older records no longer show its current behaviour."""
+
+    commit: str
+    committed_at: str  # ISO 8601, compared with the records' ``run.created_at``
+    what: str
+    methods: tuple  # the records of these methods ...
+    settings: tuple  # ... or of these settings (``k/-``: any ``<int>/-``) predate it
+
+    def concerns(self, rec: dict) -> bool:
+        """The record's method or setting is one the fix changed."""
+        run = rec["run"]
+        setting = run["setting"]
+        kinds = {setting} | ({"k/-"} if setting.endswith("/-") and setting[:-2].isdigit() else set())
+        return run["method"] in self.methods or bool(kinds & set(self.settings))
+
+    def affects(self, rec: dict) -> bool:
+        """The record is concerned and was created before the fix was committed."""
+        return self.concerns(rec) and rec["run"]["created_at"] < self.committed_at
+
+
+def _need(d: dict, key: str, where: str):
+    if not isinstance(d, dict) or key not in d:
+        raise UserError(f"{where}: missing {key!r}")
+    return d[key]
+
+
+def _figure(v, where: str) -> float | None:
+    if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+        return None if v is None else float(v)
+    raise UserError(f"{where}: a figure must be a number or null, got {v!r}")
+
+
+def _block_claims(paper: str, block: dict, where: str) -> list[Claim]:
+    table, task, method = (_need(block, k, where) for k in ("table", "task", "method"))
+    columns = _need(block, "columns", where)
+    declared = {">": 1, "<": -1, None: None}.get(block.get("claim"), 0)
+    if declared == 0:
+        raise UserError(f"{where}: claim must be '>' or '<', got {block.get('claim')!r}")
+    out = []
+    for gi, group in enumerate(_need(block, "groups", where)):
+        gw = f"{where} group {gi + 1}"
+        roc = str(_need(group, "roc", gw))
+        figures = _need(group, "figures", gw)
+        if method not in figures:
+            raise UserError(f"{gw}: no figures of {method}")
+        fields = tuple(sorted((k, json.dumps(v, sort_keys=True, separators=(",", ":")))
+                              for k, v in (group.get("where") or {}).items()))
+        for b, figs_b in figures.items():
+            if b == method:
+                continue
+            for i, (setting, column) in enumerate(columns.items()):
+                cw = f"{gw} {b} {column}"
+                if len(figures[method]) != len(columns) or len(figs_b) != len(columns):
+                    raise UserError(f"{gw}: each method needs one figure per column ({len(columns)})")
+                fa, fb = _figure(figures[method][i], cw), _figure(figs_b[i], cw)
+                if fa is not None and fb is not None:
+                    if fa == fb:
+                        raise UserError(f"{cw}: the paper's figures are equal, no direction to test")
+                    sign = 1 if fa > fb else -1
+                elif declared is None:
+                    raise UserError(f"{cw}: a figure is null, so the block needs claim: '>' or '<'")
+                else:
+                    sign = declared
+                out.append(Claim(paper, str(table), str(task), str(method), str(b), roc, fields,
+                                 str(group.get("paper_group", roc)), str(setting), str(column), fa, fb, sign,
+                                 block.get("not_testable"), block.get("command"),
+                                 str(block.get("figure_note", "figure not legible in our copy"))))
+    return out
+
+
+def paper_names(claims_dir: str | Path) -> list[str]:
+    """The papers with a claim file under ``claims_dir``, sorted."""
+    return sorted(p.stem for p in Path(claims_dir).glob("*.yaml") if p.name != FIXES_FILE)
+
+
+def load_claims(claims_dir: str | Path, paper: str) -> tuple[str, list[Claim]]:
+    """(title, claims in file order) of ``<claims_dir>/<paper>.yaml``."""
+    names = paper_names(claims_dir)
+    if paper not in names:
+        raise UserError(f"no claims of paper {paper!r} under {claims_dir} (have: {', '.join(names) or 'none'})")
+    path = Path(claims_dir) / f"{paper}.yaml"
+    doc = read_yaml(path, "claims file")
+    out = []
+    for bi, block in enumerate(_need(doc, "blocks", str(path))):
+        out += _block_claims(paper, block, f"{path} block {bi + 1}")
+    return str(doc.get("title", paper)), out
+
+
+def load_fixes(claims_dir: str | Path) -> list[Fix]:
+    path = Path(claims_dir) / FIXES_FILE
+    if not path.is_file():
+        return []
+    doc = read_yaml(path, "fixes file")
+    return [Fix(str(_need(f, "commit", str(path))), str(_need(f, "committed_at", str(path))),
+                str(_need(f, "what", str(path))), tuple(f.get("methods") or ()), tuple(f.get("settings") or ()))
+            for f in _need(doc, "fixes", str(path))]
+
+
+def find_row(sec: Section, method: str, roc: str, where: tuple) -> RowKey | None:
+    """The one row of ``method`` with resource label ``roc`` whose variant contains ``where``;
+    None if there is none; a UserError if several match (the claim must say which)."""
+    found = [rk for rk in sec.rows if rk.method == method and rk.label == roc and set(where) <= set(rk.variant)]
+    if len(found) > 1:
+        raise UserError(f"{sec.task}: {len(found)} rows of {method} (RoC {roc}) match; add fields to the claim's "
+                        "'where' to pick one")
+    return found[0] if found else None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A - B over the seeds both rows have in one setting (displayed scale)."""
+
+    seeds: tuple
+    mean_a: float
+    mean_b: float
+    diff: float
+    half: float  # 95 % CI half-width of the paired difference
+    sd: float  # sample standard deviation of the paired differences
+    p: float | None  # two-sided paired t-test
+
+
+def measure(a: dict, b: dict) -> Measured | None:
+    """The paired comparison of two cells ({seed: value}); None with fewer than 2 shared seeds."""
+    test = paired_t_test(a, b)
+    if test is None:
+        return None
+    seeds = tuple(sorted(set(a) & set(b)))
+    d = [a[s] - b[s] for s in seeds]
+    p = 0.0 if math.isinf(test.t) else two_sided_p(test.t, test.n - 1)
+    return Measured(seeds, mean([a[s] for s in seeds]), mean([b[s] for s in seeds]), test.mean_diff,
+                    ci_half_width(d), sample_std(d), p)
+
+
+def seeds_needed(diff: float, sd: float, most: int = 1000) -> int | None:
+    """The fewest seeds n >= 2 whose 95 % CI half-width ``t_{0.975,n-1} * sd / sqrt(n)`` is
+    below ``|diff|``, taking ``sd`` as the per-seed spread; None if none up to ``most``."""
+    for n in range(2, most + 1):
+        if t_quantile_975(n - 1) * sd / math.sqrt(n) < abs(diff):
+            return n
+    return None

@@ -1,0 +1,189 @@
+"""The claims report: flatness rule, claim files, paired measure, verdict rule, pre-fix marks,
+the CLI, and the committed leaderboard/claims.md regenerating from the committed records."""
+
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fedbench.errors import UserError
+from fedbench.leaderboard.claims import Claim, Fix, load_claims, measure, paper_names, seeds_needed
+from fedbench.leaderboard.claims_report import (INCONCLUSIVE, NOT_TESTABLE, REGENERATE, REPRODUCED, REVERSED,
+                                                build_report, verdict)
+from fedbench.leaderboard.flatness import flatness
+from fedbench.leaderboard.stats import t_quantile_975
+from fedbench.records import load_records
+from fedbench.runners.cli import main
+
+ROOT = Path(__file__).resolve().parents[2] / "leaderboard"
+
+
+# ------------------------------------------------------------------ flatness
+def test_flat_when_the_last_fifth_gains_under_one_point():
+    curve = [(r, 10.0 * r) for r in range(1, 8)] + [(8, 80.0), (9, 80.5), (10, 80.9)]
+    f = flatness(curve)
+    assert (f.start, f.end, f.flat) == (8, 10, True)
+    assert f.gain == pytest.approx(80.9 - 80.0)
+
+
+def test_not_flat_at_exactly_one_point():
+    f = flatness([(8, 50.0), (9, 50.5), (10, 51.0)])
+    assert f.gain == 1.0 and f.flat is False
+
+
+def test_the_last_fifth_starts_at_r_minus_ceil_r_over_5():
+    # R = 7: the last fifth starts at 7 - ceil(7 / 5) = 5, so the gain is 5.5 - 0, not 5.5 - 5
+    f = flatness([(5, 0.0), (6, 5.0), (7, 5.5)])
+    assert (f.start, f.gain, f.flat) == (5, 5.5, False)
+
+
+def test_unevaluated_start_round_cannot_be_judged():
+    f = flatness([(5, 10.0), (10, 10.2)])  # 8 not evaluated
+    assert (f.start, f.gain, f.flat) == (8, None, None)
+    assert flatness([]) is None
+
+
+def test_a_falling_curve_is_flat():
+    assert flatness([(8, 60.0), (9, 50.0), (10, 40.0)]).flat is True
+
+
+# ------------------------------------------------------------------ paired measure
+def test_measure_pairs_shared_seeds():
+    m = measure({0: 3.0, 1: 5.0, 2: 7.0, 9: 100.0}, {0: 1.0, 1: 2.0, 2: 3.0})
+    assert m.seeds == (0, 1, 2)
+    assert m.diff == pytest.approx((2 + 3 + 4) / 3)
+    assert m.sd == pytest.approx(1.0)
+    assert m.half == pytest.approx(t_quantile_975(2) * 1.0 / math.sqrt(3))
+    assert (m.mean_a, m.mean_b) == (pytest.approx(5.0), pytest.approx(2.0))
+    assert measure({0: 1.0}, {0: 2.0}) is None
+
+
+def test_seeds_needed():
+    # sd 1, diff 1.5: n = 4 gives t(3) / 2 = 1.59 > 1.5, n = 5 gives t(4) / sqrt(5) = 1.24 < 1.5
+    assert seeds_needed(1.5, 1.0) == 5
+    assert seeds_needed(0.0, 1.0, most=50) is None
+
+
+# ------------------------------------------------------------------ verdict rule
+def _claim(sign=1, not_testable=None):
+    return Claim("p", "T", "task", "a", "b", "1:1:1", (), "g", "iid", "IID", 2.0 if sign > 0 else 1.0,
+                 1.0 if sign > 0 else 2.0, sign, not_testable, None, "not legible")
+
+
+def test_verdict_rule():
+    up = measure({0: 3.0, 1: 4.0, 2: 5.1}, {0: 1.0, 1: 2.0, 2: 3.0})
+    assert verdict(_claim(+1), up, 0.01)[0] == REPRODUCED
+    assert verdict(_claim(-1), up, 0.01)[0] == REVERSED
+    assert verdict(_claim(+1), up, 0.2)[0] == INCONCLUSIVE  # raw CI excludes 0, Holm does not
+    assert "before Holm" in verdict(_claim(+1), up, 0.2)[1]
+    noisy = measure({0: 3.0, 1: 1.0, 2: 5.0}, {0: 1.0, 1: 2.0, 2: 3.0})
+    v, why = verdict(_claim(+1), noisy, 0.9)
+    assert v == INCONCLUSIVE and f"below {abs(noisy.diff):.2f}" in why
+    assert verdict(_claim(+1, "no backbone"), up, None) == (NOT_TESTABLE, "no backbone")
+    assert verdict(_claim(+1), None, None)[0] == NOT_TESTABLE
+
+
+# ------------------------------------------------------------------ claim files and fixes
+def _write(tmp_path, text):
+    (tmp_path / "paper.yaml").write_text(text)
+    return tmp_path
+
+
+def test_claims_from_a_table_block(tmp_path):
+    d = _write(tmp_path, """
+paper: paper
+title: Paper
+blocks:
+  - table: T1
+    task: ledgar
+    method: a
+    columns: {iid: IID, 20/1.0: N}
+    groups:
+      - roc: "6:3:1"
+        where: {clients: 10}
+        figures: {a: [5.0, 1.0], b: [4.0, 2.0]}
+""")
+    title, claims = load_claims(d, "paper")
+    assert title == "Paper" and paper_names(d) == ["paper"]
+    assert [(c.a, c.b, c.setting, c.column, c.sign, c.paper_diff) for c in claims] == [
+        ("a", "b", "iid", "IID", 1, 5.0 - 4.0), ("a", "b", "20/1.0", "N", -1, 1.0 - 2.0)]
+    assert claims[0].where == (("clients", "10"),) and claims[0].roc == "6:3:1"
+
+
+@pytest.mark.parametrize("figures,claim", [("{a: [1.0], b: [1.0]}", ""), ("{a: [1.0], b: [null]}", ""),
+                                           ("{a: [1.0], b: [2.0, 3.0]}", ""), ("{a: [1.0], b: [2.0]}", "claim: '>='")])
+def test_bad_claim_blocks_are_one_line_errors(tmp_path, figures, claim):
+    d = _write(tmp_path, f"""
+paper: paper
+blocks:
+  - table: T1
+    task: t
+    method: a
+    {claim}
+    columns: {{iid: IID}}
+    groups: [{{roc: "-", figures: {figures}}}]
+""")
+    with pytest.raises(UserError):
+        load_claims(d, "paper")
+
+
+def test_null_figure_takes_the_declared_direction(tmp_path):
+    d = _write(tmp_path, """
+paper: paper
+blocks:
+  - {table: T, task: t, method: a, claim: "<", columns: {iid: IID}, groups: [{roc: "-", figures: {a: [1.0], b: [null]}}]}
+""")
+    (c,) = load_claims(d, "paper")[1]
+    assert c.sign == -1 and c.paper_diff is None
+
+
+def test_fix_marks_records_created_before_it():
+    fix = Fix("abc", "2026-11-24T23:20:10+00:00", "w", ("fedproto",), ("k/-",))
+
+    def rec(method, setting, created):
+        return {"run": {"method": method, "setting": setting, "created_at": created}}
+
+    assert fix.affects(rec("fedproto", "iid", "2026-11-23T10:00:00+00:00"))
+    assert not fix.affects(rec("fedproto", "iid", "2026-11-25T10:00:00+00:00"))
+    assert fix.affects(rec("fedavg", "2/-", "2026-11-23T10:00:00+00:00"))
+    assert not fix.affects(rec("fedavg", "20/1.0", "2026-11-23T10:00:00+00:00"))
+
+
+# ------------------------------------------------------------------ CLI and the committed report
+@pytest.mark.parametrize("argv", [["claims"], ["claims", "nope", "--claims", str(ROOT / "claims")],
+                                  ["claims", "fedra", "--all"]])
+def test_cli_bad_input_is_one_line(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedbench: error: ") and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not (ROOT / "records").is_dir(), reason="no committed records (not a source checkout)")
+def test_committed_claims_regenerate_from_committed_records():
+    text = build_report(ROOT / "claims", load_records(ROOT / "records"), paper_names(ROOT / "claims"))
+    assert REGENERATE in text
+    assert (ROOT / "claims.md").read_text() == text, f"leaderboard/claims.md is stale or edited; run `{REGENERATE}`"
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT.parent / ".git").exists(), reason="no git checkout")
+def test_pre_fix_marks_agree_with_git_ancestry():
+    """A record's created_at is before a fix exactly when its commit does not contain the fix
+    (for the records the fix concerns and whose commit this clone has)."""
+    from fedbench.leaderboard.claims import load_fixes
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(ROOT.parent), *args], capture_output=True, text=True)
+
+    checked = 0
+    for fix in load_fixes(ROOT / "claims"):
+        concerned = [r for r in load_records(ROOT / "records") if fix.concerns(r)]
+        for commit in sorted({r["run"]["git_commit"] for r in concerned}):
+            if git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+                continue
+            has_fix = git("merge-base", "--is-ancestor", fix.commit, commit).returncode == 0
+            for r in (r for r in concerned if r["run"]["git_commit"] == commit):
+                assert fix.affects(r) == (not has_fix) or r["run"].get("git_dirty"), r["run"]["run_id"]
+                checked += 1
+    assert checked
