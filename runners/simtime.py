@@ -84,7 +84,7 @@ def device_tiers(spec: Any, am: Any, task: Any, data: Any, n_clients: int) -> tu
     used = {n: catalog[n] for n in sorted(set(client_devices))}
     with torch.random.fork_rng(devices=[]):  # the probe's extra modules draw nothing from the run's stream
         planner = Planner(spec.method_cls, spec.method_config, probe_setup(spec, am, task, data))
-    rungs = ladder(am.bundle.n_layers, max(r.tier_ranks))
+    rungs = ladder(am.bundle.n_layers, min(max(r.tier_ranks), spec.lora.r))  # no rung above the global rank
     allocation = allocate_devices(planner, used, rungs, spec.method)
     tiers = DeviceTiers(client_devices, used, allocation, am.bundle.n_layers)
     section = {
