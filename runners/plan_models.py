@@ -44,8 +44,9 @@ SHAPES: dict[str, tuple[str, dict, str]] = {
                      "meta-llama/Llama-3.2-1B config.json (hidden 2048, 16 layers, 32 heads, 8 KV heads, "
                      "ffn 8192, vocab 128256, tied embeddings)"),
 }
-VISION_LAYOUT = ("vit.encoder.layer", {"qv": ["attention.attention.query", "attention.attention.value"],
-                                       "proj_fc2": ["attention.output.dense", "output.dense"]})
+#: transformers' ViT module layout (this version: vit.layers.j.attention.q_proj, ..., mlp.fc2)
+VISION_LAYOUT = ("vit.layers", {"qv": ["attention.q_proj", "attention.v_proj"],
+                                "proj_fc2": ["attention.o_proj", "mlp.fc2"]})
 
 
 def load_config(name: str | None, path: str | None):
