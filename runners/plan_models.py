@@ -121,12 +121,12 @@ class Shape:
     source: str
     n_classes: int
 
-    def bundle(self) -> ModelBundle:
-        """The model on ``meta`` (no weights) with its layer map."""
+    def bundle(self, device: str = "meta") -> ModelBundle:
+        """The model on ``meta`` (no weights; or randomly initialised on ``device``) with its layer map."""
         from transformers import AutoModel, AutoModelForCausalLM, ViTForImageClassification
 
         cfg = self.config
-        with torch.device("meta"):
+        with torch.device(device):
             if isinstance(self.task, EncoderShape):
                 blocks, targets = family_layout(cfg.model_type, ENCODER_FAMILIES, "encoder")
                 model = EncoderClassifier(AutoModel.from_config(cfg, add_pooling_layer=False), self.n_classes,

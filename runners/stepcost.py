@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -84,18 +85,32 @@ class MetaScalars(TorchDispatchMode):
 
 
 class FusedAttention(TorchFunctionMode):
-    """``scaled_dot_product_attention`` on ``meta`` runs the CPU's fused (flash) kernel, as
-    it does on real CPU tensors; left alone the meta device takes the math path, whose
-    saved tensors (the T x T probabilities) and backward FLOPs are not the real step's."""
+    """``scaled_dot_product_attention`` on ``meta`` takes the kernel the CPU would take for
+    the same shapes, dtypes and options (asked of ``torch._fused_sdp_choice`` on empty CPU
+    tensors of those shapes): the fused flash kernel where the CPU uses it (no dropout),
+    else the math path. Left alone, the meta device always takes the math path, whose saved
+    tensors (the T x T probabilities) and backward FLOPs are not the fused kernel's."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention and args[0].device.type == "meta":
             q, k, v = args[:3]
-            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q, k, v, kwargs.get("dropout_p", 0.0), kwargs.get("is_causal", False),
-                attn_mask=kwargs.get("attn_mask"), scale=kwargs.get("scale"))[0]
+            mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+            p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
+            causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+            scale = kwargs.get("scale")
+            if not kwargs.get("enable_gqa") and _cpu_takes_flash(q, k, v, mask, p, causal, scale):
+                return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                    q, k, v, p, causal, attn_mask=mask, scale=scale)[0]
         return func(*args, **kwargs)
+
+
+def _cpu_takes_flash(q, k, v, mask, dropout_p, is_causal, scale) -> bool:
+    def empty(t):
+        return None if t is None else torch.empty(t.shape, dtype=t.dtype)
+
+    choice = torch._fused_sdp_choice(empty(q), empty(k), empty(v), empty(mask), dropout_p, is_causal, scale=scale)
+    return choice == SDPBackend.FLASH_ATTENTION.value
 
 
 @contextlib.contextmanager
