@@ -161,9 +161,10 @@ _SCHEMA = _Obj({
         "extra": DICT,
         # sim_seconds: the round's simulated wall-clock on the clients' devices (--devices: slowest client's
         # compute + transfer at its device's rates, or the deadline when a client missed it); null without
-        # --devices. dropped: clients that missed --deadline (their update was not aggregated)
+        # --devices. dropped: clients that missed --deadline (their update was not aggregated).
+        # traffic_mb: down + up MB of the round's clients
         "curve": _ListOf(_Obj({"round": INT, "metric": NUM_N, "train_loss": NUM_N, "sim_seconds": _Opt(NUM_N),
-                               "dropped": _Opt(_ListOf(INT))})),
+                               "dropped": _Opt(_ListOf(INT)), "traffic_mb": _Opt(NUM_N)})),
         "initial": _Opt(_INITIAL),  # the model before round 1 (run.eval_initial), or null
         "evaluation": _Opt(("str", False, "global")),  # "global" | "local" (mean over clients)
         "per_client": _Opt(_MapOf(NUM, nullable=True)),  # local evaluation: client -> score

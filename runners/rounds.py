@@ -129,7 +129,8 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
         metric = state.last_eval.value
     losses = [c.train_loss for c in costs if c.train_loss is not None]
     log = RoundLog(rnd, metric, float(np.mean(losses)) if losses else None, sw.seconds,
-                   sum(c.seconds for c in costs), eval_seconds, sampled, sim_seconds, dropped)
+                   sum(c.seconds for c in costs), eval_seconds, sampled, sim_seconds, dropped,
+                   sum(c.down_bytes + c.up_bytes for c in costs))
     state.logs.append(log)
     stops = [cb.on_round_end(log, state) for cb in loop.callbacks]
     return next((s for s in stops if s is not None), None)

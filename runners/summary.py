@@ -35,7 +35,7 @@ def _mean(xs) -> float | None:
 def results_section(logs: Sequence[RoundLog], last: EvalResult | None, initial: EvalResult | None,
                     metric_name: str, evaluation: str, per_client: dict | None, archs: dict[int, str]) -> dict:
     curve = [{"round": l.round, "metric": l.metric, "train_loss": l.train_loss, "sim_seconds": l.sim_seconds,
-              "dropped": list(l.dropped)} for l in logs]
+              "dropped": list(l.dropped), "traffic_mb": l.traffic_bytes / MB} for l in logs]
     evals = [(l.metric, l.round) for l in logs if l.metric is not None and math.isfinite(l.metric)]
     best = max(evals) if evals else (None, None)
     out = {
