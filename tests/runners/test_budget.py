@@ -1,6 +1,5 @@
 """Allocation from a device budget (runners/budget.py) and --devices runs (runners/simtime.py)."""
 
-import numpy as np
 import pytest
 
 from fedbench.errors import UserError
