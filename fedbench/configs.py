@@ -154,6 +154,8 @@ class RunConfig:
         check(self, "deadline", self.deadline is None or self.deadline > 0, "must be a number of seconds > 0 (or none)")
         if self.devices and (self.roc or self.capacities):
             raise UserError("give either --devices (run.devices) or --roc / --capacities, not both")
+        if self.devices and self.dynamic:
+            raise UserError("--dynamic redraws tiers; with --devices a client's budget is its device: give one or the other")
         if self.deadline is not None and not self.devices:
             raise UserError("--deadline (run.deadline) needs --devices: a round's time is simulated on the devices")
         if self.roc and self.capacities:

@@ -32,7 +32,7 @@ from fedbench.errors import UserError
 from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodContext, ServerAPI, Traffic
 from fedbench.runners.adapters import AdapterModel
 from fedbench.runners.stepcost import StepFigures, measure_step
-from fedbench.runners.train import TrainSettings
+from fedbench.runners.train import TrainSettings, adapter_for
 
 
 class EqualScores(ServerAPI):
@@ -148,8 +148,7 @@ class Planner:
         if key not in self.cache:
             figures = measure_step(am, self.s.task, method, plan, self.s.batch, self.s.settings)
             payload = method.client_payload(state, plan)
-            adapter = "default" if plan.rank in (None, am.r) else f"r{plan.rank}"
-            upload = am.read(method.upload_keys(plan), adapter)
+            upload = am.read(method.upload_keys(plan), adapter_for(am, plan))
             self.cache[key] = (figures, method.traffic(plan, payload, upload))
         figures, traffic = self.cache[key]
         return Probe(layers, rank, plan, figures, traffic)

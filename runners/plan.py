@@ -28,11 +28,6 @@ from fedbench.runners.train import TrainSettings
 
 log = logging.getLogger(__name__)
 
-#: the layer, rank and depth methods of benchmarks/tiny_text_all.yaml (its first 18)
-DEFAULT_METHODS = ("fedavg", "all_small", "straggler", "exclusive", "fedra", "fedra_fulldepth", "fed_hello",
-                   "fed_hello_fim", "fed_hello_rgd", "fed_hello_gd_triangle", "fed_hello_gd_inverted",
-                   "fed_hello_gd_bottleneck", "fed_hello_gd_uniform", "hetlora", "flexlora", "flora",
-                   "inclusivefl", "depthfl")
 GB, MB = 1e9, 1e6
 
 
@@ -58,8 +53,8 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default="bert-base-uncased",
                    help=f"a named model shape ({', '.join(SHAPES)}; default bert-base-uncased)")
     p.add_argument("--model-config", help="a transformers config.json instead of a named shape")
-    p.add_argument("--methods", help=f"comma-separated method keys (default: the {len(DEFAULT_METHODS)} layer, rank "
-                   "and depth methods)")
+    p.add_argument("--methods", help="comma-separated method keys (default: every registered method that trains "
+                   "one architecture of the model's task kind)")
     p.add_argument("--devices", default="phone,laptop,workstation", help="comma-separated device classes "
                    "(default: phone,laptop,workstation)")
     p.add_argument("--device-catalog", help="YAML file of device classes added to or replacing the shipped catalogue")
@@ -88,8 +83,9 @@ def method_config(method_cls, lora_r: int, targets: str, dropout: float, kind: s
 
 def plan_rows(model: str | None, model_config: str | None, methods: list[str], devices: dict[str, Device],
               batch_size: int, seq_len: int, steps: int, optimizer: str, lora_r: int, targets: str,
-              dropout: float, precision: str, n_classes: int) -> tuple[list[Row], str]:
-    """The table's rows and the model's description."""
+              dropout: float, precision: str, n_classes: int, explicit: bool = True) -> tuple[list[Row], str]:
+    """The table's rows and the model's description (``explicit``: the methods were named;
+    otherwise those that cannot train this model are left out silently)."""
     from fedbench.methods import METHODS
     from fedbench.methods.paper_defaults import paper_defaults
 
@@ -101,8 +97,9 @@ def plan_rows(model: str | None, model_config: str | None, methods: list[str], d
     for key in methods:
         cls = METHODS.get(key)
         if shape.task.kind not in cls.task_kinds or cls.needs_archs:
-            rows += [Row(key, d, False, f"{key} does not train a {shape.task.kind} model of one architecture")
-                     for d in devices]
+            if explicit:  # asked for by name: say why it has no row of figures
+                rows += [Row(key, d, False, f"{key} does not train a {shape.task.kind} model of one architecture")
+                         for d in devices]
             continue
         cfg = method_config(cls, lora_r, targets, dropout, shape.task.kind)
         with on_meta():
@@ -163,7 +160,7 @@ def cmd_plan(args) -> int:
     unknown = [n for n in names if n not in catalog]
     if unknown:
         raise UserError(f"unknown device class {unknown[0]!r} (known: {', '.join(sorted(catalog))})")
-    methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(DEFAULT_METHODS)
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(METHODS.keys())
     for m in methods:
         METHODS.get(m)  # unknown keys: one line with "did you mean"
     for flag, v in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len), ("--steps", args.steps),
@@ -175,9 +172,9 @@ def cmd_plan(args) -> int:
     devices = {n: catalog[n] for n in names}
     rows, source = plan_rows(args.model, args.model_config, methods, devices, args.batch_size, args.seq_len,
                              args.steps, args.optimizer, args.lora_r, args.lora_targets, args.lora_dropout, args.precision,
-                             args.n_classes)
+                             args.n_classes, explicit=bool(args.methods))
     print(render(rows, source, devices, args), end="")
     return 0
 
 
-__all__ = ["DEFAULT_METHODS", "Row", "add_parser", "cmd_plan", "plan_rows", "render"]
+__all__ = ["Row", "add_parser", "cmd_plan", "plan_rows", "render"]

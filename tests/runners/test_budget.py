@@ -112,3 +112,5 @@ def test_devices_and_roc_are_refused_together(tmp_path):
         Experiment("fedavg", "tiny_text", {**RUN, "devices": "phone:1", "roc": "1:1"})
     with pytest.raises(UserError, match="needs --devices"):
         Experiment("fedavg", "tiny_text", {**RUN, "deadline": 5})
+    with pytest.raises(UserError, match="--dynamic"):
+        Experiment("fedavg", "tiny_text", {**RUN, "devices": "phone:1", "dynamic": True})
