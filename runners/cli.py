@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--records", default="results", help="records directory (default: results)")
     ex.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
     ex.add_argument("--per", choices=["cell", "run"], default="cell", help="one row per cell (default) or per run")
-    from fedbench.runners.plan import add_parser as add_plan_parser
+    from fedbench.runners.plan_args import add_parser as add_plan_parser
 
     add_plan_parser(sub)
     cp = sub.add_parser("compare", help="paired t-tests of methods against others, per resource label and "

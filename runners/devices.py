@@ -26,10 +26,10 @@ import numpy as np
 
 from fedbench.config import read_yaml
 from fedbench.errors import UserError
+from fedbench.runners.shapes import PRECISIONS
 from fedbench.runners.tiers import largest_remainder
 
 GB = 1e9
-PRECISIONS = ("fp32", "bf16")
 _KEYS = {"memory_gb", "tflops", "uplink_mbps", "downlink_mbps", "source"}
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from fedbench.errors import UserError
 from fedbench.runners.adapters import AdapterModel
 from fedbench.runners.budget import Planner, ProbeSetup, ladder
-from fedbench.runners.devices import PRECISIONS, Device, client_seconds, load_catalog
-from fedbench.runners.plan_models import SHAPES, shape_of
+from fedbench.runners.devices import Device, client_seconds, load_catalog
+from fedbench.runners.plan_models import shape_of
 from fedbench.runners.stepcost import on_meta
 from fedbench.runners.train import TrainSettings
 
@@ -45,31 +45,6 @@ class Row:
     tflops_step: float | None = None
     traffic_mb: float | None = None
     seconds: float | None = None
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("plan", help="per method and device class: allocation, memory, TFLOPs per step, traffic and "
-                       "simulated seconds per round, on a real-size model without its weights (no training)")
-    p.add_argument("--model", default="bert-base-uncased",
-                   help=f"a named model shape ({', '.join(SHAPES)}; default bert-base-uncased)")
-    p.add_argument("--model-config", help="a transformers config.json instead of a named shape")
-    p.add_argument("--methods", help="comma-separated method keys (default: every registered method that trains "
-                   "one architecture of the model's task kind)")
-    p.add_argument("--devices", default="phone,laptop,workstation", help="comma-separated device classes "
-                   "(default: phone,laptop,workstation)")
-    p.add_argument("--device-catalog", help="YAML file of device classes added to or replacing the shipped catalogue")
-    p.add_argument("--batch-size", type=int, default=16, help="local batch size (default 16)")
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence of text models (default 128)")
-    p.add_argument("--steps", type=int, default=100, help="local steps per round for the simulated seconds "
-                   "(default 100)")
-    p.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help="local optimizer (default adamw)")
-    p.add_argument("--lora-r", type=int, default=16, help="global LoRA rank (default 16)")
-    p.add_argument("--lora-targets", default="qv", help="LoRA target profile (default qv)")
-    p.add_argument("--lora-dropout", type=float, default=0.1, help="LoRA dropout (default 0.1: the benchmark's "
-                   "protocol, Fed-HeLLo Sec. IV-A; its mask is saved for backward)")
-    p.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
-                   help="whose device throughput the seconds use (the step is measured in float32)")
-    p.add_argument("--n-classes", type=int, default=100, help="classes of the classifier head (default 100)")
 
 
 def method_config(method_cls, lora_r: int, targets: str, dropout: float, kind: str):
@@ -177,4 +152,4 @@ def cmd_plan(args) -> int:
     return 0
 
 
-__all__ = ["Row", "add_parser", "cmd_plan", "plan_rows", "render"]
+__all__ = ["Row", "cmd_plan", "plan_rows", "render"]
