@@ -53,6 +53,17 @@ class RunConfig:
     tier_ranks: list[int] | None = cfg_field(
         None, "LoRA rank of each tier (rank methods); None = by task kind (Fed-HeLLo Sec. IV-A): 1,4,16 for "
               "classification, 1,1,8 for instruction tuning", flag=True)
+    devices: str | None = cfg_field(
+        None, "clients as device classes instead of tiers: shares phone:6,laptop:3,workstation:1 or a per-client list "
+              "phone,laptop (cycled); each method gives a device's clients the largest allocation in its own currency "
+              "(layers, rank, depth, participation) whose measured memory fits the device, and every round records "
+              "its simulated time on the devices", role=AXIS, flag=True)
+    device_catalog: str | None = cfg_field(
+        None, "YAML file of device classes added to or replacing the shipped catalogue (memory_gb, tflops: {fp32, "
+              "bf16}, uplink_mbps, downlink_mbps, source)", role=RECORD, flag=True)
+    deadline: float | None = cfg_field(
+        None, "with --devices: simulated seconds a round waits; a client whose simulated compute + transfer takes "
+              "longer is dropped from that round's aggregation (recorded per round)", role=AXIS, flag=True)
     seed: int = cfg_field(0, "seed of the partition, sampling, allocation and initialisation", role=AXIS, flag=True)
     device: str = cfg_field("auto", "auto (CUDA if present), cpu, cuda, cuda:1, ...", role=RECORD, flag=True)
     server_holdout: int | None = cfg_field(
@@ -140,6 +151,13 @@ class RunConfig:
             check(self, "local_split", len(parts) == 3 and all(p.strip().isdigit() for p in parts)
                   and int(parts[0]) >= 1 and int(parts[2]) >= 1,
                   "must look like 8:1:1 (train:val:test, train and test >= 1)")
+        check(self, "deadline", self.deadline is None or self.deadline > 0, "must be a number of seconds > 0 (or none)")
+        if self.devices and (self.roc or self.capacities):
+            raise UserError("give either --devices (run.devices) or --roc / --capacities, not both")
+        if self.devices and self.dynamic:
+            raise UserError("--dynamic redraws tiers; with --devices a client's budget is its device: give one or the other")
+        if self.deadline is not None and not self.devices:
+            raise UserError("--deadline (run.deadline) needs --devices: a round's time is simulated on the devices")
         if self.roc and self.capacities:
             raise UserError("give either --roc (run.roc) or --capacities (run.capacities), not both")
 

@@ -145,6 +145,10 @@ _SCHEMA = _Obj({
         # run.save_model: the files saved beside the record, relative to its folder (runners/saving.py):
         # the global LoRA + head as a peft adapter folder, the other global tensors (safetensors),
         # each client's private part (locally evaluated methods); null when nothing was saved
+        # run.devices: the device mix, each class's figures (with its source), each client's class, and each
+        # class's allocation (layers, rank, its plan's measured accounted bytes, FLOPs per step, traffic) and
+        # memory budget; null for tier runs (--roc / --capacities)
+        "devices": _Opt(("dict", True)),
         "saved_model": _Opt(_Obj({"adapter": STR_N, "global": STR_N, "private": _MapOf(STR, nullable=True)},
                                  nullable=True)),
     }),
@@ -155,7 +159,12 @@ _SCHEMA = _Obj({
         "best_round": INT_N,
         "per_domain": _MapOf(NUM, nullable=True),
         "extra": DICT,
-        "curve": _ListOf(_Obj({"round": INT, "metric": NUM_N, "train_loss": NUM_N})),
+        # sim_seconds: the round's simulated wall-clock on the clients' devices (--devices: slowest client's
+        # compute + transfer at its device's rates, or the deadline when a client missed it); null without
+        # --devices. dropped: clients that missed --deadline (their update was not aggregated).
+        # traffic_mb: down + up MB of the round's clients
+        "curve": _ListOf(_Obj({"round": INT, "metric": NUM_N, "train_loss": NUM_N, "sim_seconds": _Opt(NUM_N),
+                               "dropped": _Opt(_ListOf(INT)), "traffic_mb": _Opt(NUM_N)})),
         "initial": _Opt(_INITIAL),  # the model before round 1 (run.eval_initial), or null
         "evaluation": _Opt(("str", False, "global")),  # "global" | "local" (mean over clients)
         "per_client": _Opt(_MapOf(NUM, nullable=True)),  # local evaluation: client -> score (clients that trained)
@@ -167,7 +176,9 @@ _SCHEMA = _Obj({
         # run.target_metric: the first evaluated round whose metric reaches it and the cost until then
         # (null numbers when not reached); null when no target was set
         "target": _Opt(_Obj({"metric": NUM, "reached": BOOL, "round": INT_N, "params_transmitted": NUM_N,
-                             "traffic_mb": NUM_N, "tflops": NUM_N}, nullable=True)),
+                             "traffic_mb": NUM_N, "tflops": NUM_N,
+                             "sim_seconds": _Opt(NUM_N)},  # simulated seconds to the target; null without --devices
+                            nullable=True)),
     }),
     "cost": _Obj({
         "tflops_per_step": _Obj({

@@ -44,6 +44,7 @@ from fedbench.leaderboard.notes import merge_facts, task_notes
 from fedbench.leaderboard.output import write_text
 from fedbench.leaderboard.plots import KINDS, MIN_CURVE_POINTS, curve_points, plot_records
 from fedbench.leaderboard.render import LOWER_IS_BETTER, PERCENT_METRICS, Fmt, esc, render_section
+from fedbench.leaderboard.budget import budget_lines
 from fedbench.leaderboard.sections import SAFE_TASK, ok_sections
 from fedbench.records import load_records, one_line, prepare_out_dir
 
@@ -112,6 +113,7 @@ def render_task(task: str, records: list[dict], plots: Sequence[str] = ()) -> st
         varying.update(sec.varying)
 
     ok = [r for r in recs if r["status"] == "ok"]
+    lines += budget_lines(ok)  # --devices records only: quality under budget, cost to target
     mixed = _mixed_test_sets(ok)
     if mixed:
         log.warning("%s: runs scored on different held-out test examples: %s", task, "; ".join(mixed))

@@ -6,7 +6,9 @@ with several metrics in a task ``<setting>-<metric>_<kind>.png``):
 * ``curves``: learning curves (:mod:`~fedbench.leaderboard.plot_curves`), only where a run
   has :data:`~fedbench.leaderboard.plot_curves.MIN_CURVE_POINTS` evaluated rounds;
 * ``pareto``: quality against the weakest tier's costs with each cohort's Pareto front;
-* ``tiers``: per-tier costs of every row (both :mod:`~fedbench.leaderboard.plot_costs`).
+* ``tiers``: per-tier costs of every row (both :mod:`~fedbench.leaderboard.plot_costs`);
+* ``simtime``: score against simulated seconds, for ``--devices`` records
+  (:mod:`~fedbench.leaderboard.budget`).
 
 Crowded sections stay readable: curves and pareto are small multiples, one row of
 panels per method family (:mod:`~fedbench.leaderboard.families`), with distinct colours
@@ -22,6 +24,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fedbench.leaderboard.budget import plot_simtime
 from fedbench.leaderboard.groups import Section
 from fedbench.leaderboard.output import write_file
 from fedbench.leaderboard.plot_costs import pareto, tiers
@@ -31,8 +34,9 @@ from fedbench.leaderboard.sections import SAFE_TASK, ok_sections
 
 __all__ = ["KINDS", "MIN_CURVE_POINTS", "curve_points", "file_stem", "plot_records", "plot_section"]
 
-#: The plot kinds, in the order the tables link them.
-KINDS = ("curves", "pareto", "tiers")
+#: The plot kinds, in the order the tables link them (``simtime``: score against simulated
+#: time, --devices records only, :func:`fedbench.leaderboard.budget.plot_simtime`).
+KINDS = ("curves", "pareto", "tiers", "simtime")
 
 
 def file_stem(setting: str) -> str:
@@ -70,7 +74,7 @@ def plot_section(sec: Section, out_dir: str | Path, multi_metric: bool = False) 
         head = title(sec, setting, multi_metric)
         figs = {"curves": curves(plt, sec, setting, head), "pareto": pareto(plt, sec, setting, head),
                 "tiers": tiers(plt, sec, setting, head)}
-        for kind in KINDS:
+        for kind in figs:  # simtime is drawn per task from the records (plot_records)
             path = folder / f"{stem}_{kind}.png"
             if figs[kind] is not None:
                 paths.append(_save(plt, figs[kind], path))
@@ -89,4 +93,5 @@ def plot_records(records: list[dict], out_dir: str | Path) -> list[Path]:
         _, _, sections = ok_sections(task, records)
         for sec in sections:
             paths += plot_section(sec, out_dir, multi_metric=len(sections) > 1)
+        paths += plot_simtime(pyplot(), records, task, out_dir)
     return sorted(paths)

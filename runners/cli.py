@@ -1,4 +1,4 @@
-"""``fedbench``: list, run, sweep, leaderboard, plot, export, compare, claims.
+"""``fedbench``: list, run, sweep, plan, leaderboard, plot, export, compare, claims.
 
 The parser is built from the config fields' metadata (:mod:`fedbench.config`): every run
 field with a flag becomes a ``fedbench run`` option with the field's help. ``list`` lives
@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--records", default="results", help="records directory (default: results)")
     ex.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
     ex.add_argument("--per", choices=["cell", "run"], default="cell", help="one row per cell (default) or per run")
+    from fedbench.runners.plan_args import add_parser as add_plan_parser
+
+    add_plan_parser(sub)
     cp = sub.add_parser("compare", help="paired t-tests of methods against others, per resource label and "
                         "setting, with Holm-adjusted p-values (a paper's 'A beats B' claim)")
     cp.add_argument("methods", nargs="+", metavar="METHOD", help="methods A")
@@ -207,6 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             with cancel_on_signals():  # a signal between runs, or after the record is written: exit 130
                 return (cmd_run if args.cmd == "run" else cmd_sweep)(args)
+        if args.cmd == "plan":
+            from fedbench.runners.plan import cmd_plan
+
+            return cmd_plan(args)
         return {"leaderboard": cmd_leaderboard, "plot": cmd_plot, "export": cmd_export,
                 "compare": cmd_compare, "claims": cmd_claims}[args.cmd](args)
     except UserError as e:

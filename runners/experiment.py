@@ -38,6 +38,7 @@ from fedbench.runners.report import Outcome, build_record
 from fedbench.runners.rounds import Loop, run_rounds
 from fedbench.runners.saving import save_model
 from fedbench.runners.server import ServerTools
+from fedbench.runners.simtime import SimClock, device_tiers
 from fedbench.runners.signals import Cancelled, SignalGuard, cancel_on_signals
 from fedbench.runners.spec import RunSpec, build_spec
 from fedbench.runners.state import RunState
@@ -75,6 +76,8 @@ class Experiment:
         # set up by setup(); a run that fails before the end of it still writes its record from what was set
         self.fed: Federation | None = None
         self.tiers: TierAssigner | None = None
+        self.clock: SimClock | None = None  # --devices: the simulated clock of the rounds
+        self.devices: dict | None = None  # --devices: the record's run.devices section
         self.worker: ClientWorker | None = None
         self.store: ClientStore | None = None
         self.server: ServerTools | None = None
@@ -111,10 +114,13 @@ class Experiment:
         wspec = WorkerSpec.of(spec, str(self.device), self.threads)
         pool = ModelPool(self.task, self.data, spec.lora, r.seed, self.device)
         am = pool.get()
-        self.tiers = TierAssigner(
-            fed.n_clients, am.bundle.n_layers, roc=r.roc, capacities=r.capacities, dynamic=r.dynamic,
-            tier_fractions=list(r.tier_fractions), tier_ranks=r.tier_ranks, max_rank=spec.lora.r, seed=r.seed,
-        )
+        if r.devices:  # tiers = device classes, each given the largest allocation that fits it
+            self.tiers, self.clock, self.devices = device_tiers(spec, am, self.task, self.data, fed.n_clients)
+        else:
+            self.tiers = TierAssigner(
+                fed.n_clients, am.bundle.n_layers, roc=r.roc, capacities=r.capacities, dynamic=r.dynamic,
+                tier_fractions=list(r.tier_fractions), tier_ranks=r.tier_ranks, max_rank=spec.lora.r, seed=r.seed,
+            )
         profiles = self.tiers.static_profiles(fed.sizes)
         self.server = ServerTools(am, self.task, fed.proxy, self.device)
         self.worker = wspec.build(self.data, profiles, server=self.server, pool=pool)
@@ -208,7 +214,7 @@ class Experiment:
                                                      self.sync_state))
         callbacks += self.user_callbacks
         return Loop(r.seed, r.rounds, r.eval_every, self.fed, self.tiers, self.worker.method, self.store, executor,
-                    self.evaluator, callbacks, self.device)
+                    self.evaluator, callbacks, self.device, self.clock)
 
     def sync_state(self, state: RunState) -> None:
         """Bring the state's meter and server figures up to date (before a checkpoint or the
@@ -228,6 +234,7 @@ class Experiment:
         archs = {c: self.pool.arch(m.client_arch(c)) for c in range(self.fed.n_clients)} if m is not None else {}
         rec = build_record(self.spec, outcome, self.state, self.fed, self.tiers, m, archs)
         rec["run"]["saved_model"] = self.saved_model
+        rec["run"]["devices"] = self.devices
         return rec
 
     def write(self, rec: dict) -> Path:

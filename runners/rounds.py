@@ -31,6 +31,7 @@ from fedbench.runners.executor import Executor
 from fedbench.runners.federation import Federation
 from fedbench.runners.meters import ClientCost, Stopwatch
 from fedbench.runners.seeds import rng_for, seed_for
+from fedbench.runners.simtime import SimClock
 from fedbench.runners.state import RoundLog, RunState
 from fedbench.runners.store import ClientStore
 from fedbench.runners.tiers import TierAssigner
@@ -52,6 +53,7 @@ class Loop:
     evaluator: Evaluator
     callbacks: Sequence[Callback]
     device: object  # torch.device of the round's stopwatch
+    clock: SimClock | None = None  # --devices: simulated seconds of each round (and the deadline's drops)
 
 
 def evaluates(rnd: int, rounds: int, eval_every: int) -> bool:
@@ -111,6 +113,8 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
             updates.append(ClientUpdate(plan.client, res.upload, fed.sizes[plan.client], plan, res.cost.train_loss))
             for cb in loop.callbacks:
                 cb.on_client_end(rnd, res.cost)
+        sim_seconds, dropped = loop.clock.round(costs) if loop.clock is not None else (None, [])
+        updates = [u for u in updates if u.client not in set(dropped)]  # missed the deadline: not aggregated
         if rnd == 1 and state.initial_loss is None:
             first = [c.first_loss for c in costs if c.first_loss is not None]
             state.initial_loss = float(np.mean(first)) if first else None
@@ -125,7 +129,8 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
         metric = state.last_eval.value
     losses = [c.train_loss for c in costs if c.train_loss is not None]
     log = RoundLog(rnd, metric, float(np.mean(losses)) if losses else None, sw.seconds,
-                   sum(c.seconds for c in costs), eval_seconds, sampled)
+                   sum(c.seconds for c in costs), eval_seconds, sampled, sim_seconds, dropped,
+                   sum(c.down_bytes + c.up_bytes for c in costs))
     state.logs.append(log)
     stops = [cb.on_round_end(log, state) for cb in loop.callbacks]
     return next((s for s in stops if s is not None), None)

@@ -79,6 +79,8 @@ class RunSpec:
     @property
     def resource_label(self) -> str:
         r = self.run
+        if r.devices:  # device budgets never share a cell with the papers' tiers
+            return f"devices {r.devices}" + (f" deadline {r.deadline:g}s" if r.deadline else "")
         return (r.roc or (",".join(map(str, r.capacities)) if r.capacities else "-")) + (" dyn" if r.dynamic else "")
 
     # -- identity --------------------------------------------------------------------------

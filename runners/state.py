@@ -28,6 +28,9 @@ class RoundLog:
     client_seconds: float  # sum of the clients' local training time
     eval_seconds: float = 0.0
     sampled: list[int] = field(default_factory=list)
+    sim_seconds: float | None = None  # --devices: simulated wall-clock of the round (runners/simtime.py)
+    dropped: list[int] = field(default_factory=list)  # --devices --deadline: clients that missed it
+    traffic_bytes: int = 0  # down + up bytes of the round's clients
 
 
 def _eval_dict(e: EvalResult | None) -> dict | None:

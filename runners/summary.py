@@ -34,7 +34,8 @@ def _mean(xs) -> float | None:
 
 def results_section(logs: Sequence[RoundLog], last: EvalResult | None, initial: EvalResult | None,
                     metric_name: str, evaluation: str, per_client: dict | None, archs: dict[int, str]) -> dict:
-    curve = [{"round": l.round, "metric": l.metric, "train_loss": l.train_loss} for l in logs]
+    curve = [{"round": l.round, "metric": l.metric, "train_loss": l.train_loss, "sim_seconds": l.sim_seconds,
+              "dropped": list(l.dropped), "traffic_mb": l.traffic_bytes / MB} for l in logs]
     evals = [(l.metric, l.round) for l in logs if l.metric is not None and math.isfinite(l.metric)]
     best = max(evals) if evals else (None, None)
     out = {
@@ -161,16 +162,24 @@ def target_section(target: float | None, logs: Sequence[RoundLog], costs: Sequen
     """FedLoRA Sec. 6.1's cost metrics: the first evaluated round whose metric reaches
     ``target``, and the parameters transmitted (down + up, all clients; bytes /
     ``bytes_per_param``: float32 tensors) and client training TFLOPs of rounds 1..that
-    round. None without a target; null numbers when the target was never reached."""
+    round; with ``--devices`` also the simulated seconds of rounds 1..that round (the sum of
+    the round log's ``sim_seconds``; null without devices). None without a target; null
+    numbers when the target was never reached."""
     if target is None:
         return None
     hit = next((l.round for l in logs if l.metric is not None and math.isfinite(l.metric) and l.metric >= target),
                None)
     if hit is None:
         return {"metric": float(target), "reached": False, "round": None, "params_transmitted": None,
-                "traffic_mb": None, "tflops": None}
+                "traffic_mb": None, "tflops": None, "sim_seconds": None}
     upto = [c for r, c in costs if r <= hit]
     nbytes = sum(c.down_bytes + c.up_bytes for c in upto)
     return {"metric": float(target), "reached": True, "round": int(hit),
             "params_transmitted": float(nbytes / bytes_per_param), "traffic_mb": nbytes / MB,
-            "tflops": sum(c.flops_total for c in upto) / 1e12}
+            "tflops": sum(c.flops_total for c in upto) / 1e12, "sim_seconds": sim_until(logs, hit)}
+
+
+def sim_until(logs: Sequence[RoundLog], last_round: int) -> float | None:
+    """Simulated seconds of rounds 1..``last_round`` (None when the rounds have no simulated time)."""
+    times = [l.sim_seconds for l in logs if l.round <= last_round]
+    return None if not times or any(t is None for t in times) else float(sum(times))
