@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import types
 import typing
@@ -102,6 +103,19 @@ def values_with_roles(cls: type, values: Mapping[str, Any], roles: tuple[str, ..
     ``roles``; keys ``cls`` does not declare (an older record's fields) are left out."""
     keep = {s.name for s in field_specs(cls) if s.role in roles}
     return {k: v for k, v in values.items() if k in keep}
+
+
+def without_defaults(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` whose value differs from the field's declared default in
+    ``cls`` (compared as canonical JSON); keys ``cls`` does not declare are kept. A run id
+    hashes these, so adding a field whose default keeps the old behaviour leaves every
+    existing run id, and so every finished record a sweep skips, as it was."""
+    defaults = {s.name: s.default for s in field_specs(cls)}
+
+    def canon(v: Any) -> str:
+        return json.dumps(v, sort_keys=True, default=str)
+
+    return {k: v for k, v in values.items() if k not in defaults or canon(v) != canon(defaults[k])}
 
 
 class FieldError(UserError):

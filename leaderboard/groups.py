@@ -72,7 +72,9 @@ def raw_variant(rec: dict) -> dict[str, str]:
     and task fields get a prefix (``method.lora_r``, ``task.seq_len``)."""
     run = rec["run"]
     if isinstance(run.get("variant"), dict) and run["variant"]:  # written by the runner from the roles
-        return {k: _canon(v) for k, v in run["variant"].items()}
+        # a run field added after the record was written: the record ran with its default
+        missing = {s.name: s.default for s in field_specs(RunConfig) if s.role == RESULT and s.name not in run["variant"]}
+        return {k: _canon(v) for k, v in {**missing, **run["variant"]}.items()}
     rc = run.get("run_config")
     if isinstance(rc, dict) and rc:  # an empty one: a record whose runner did not fill it
         items = values_with_roles(RunConfig, rc, (RESULT,)).items()

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from fedbench.version import __version__
 from fedbench import records
-from fedbench.config import IDENTITY_ROLES, RESULT, config_to_dict, values_with_roles
+from fedbench.config import IDENTITY_ROLES, RESULT, config_to_dict, values_with_roles, without_defaults
 from fedbench.configs import RunConfig
 from fedbench.runners.config import validate_run
 from fedbench.runners.tiers import tier_ranks_for
@@ -92,8 +92,13 @@ class RunSpec:
 
     @functools.cached_property
     def run_id(self) -> str:
-        """A hash of the method and task keys, every identity field and the code version."""
+        """A hash of the method and task keys, every identity field that differs from its
+        declared default (:func:`~fedbench.config.without_defaults`: a new field at its
+        default changes no existing id) and the code version."""
         c = self.configs()
+        c = {"run": without_defaults(RunConfig, c["run"]),
+             "method": without_defaults(type(self.method_config), c["method"]),
+             "task": without_defaults(type(self.task_config), c["task"])}
         blob = json.dumps({"method": self.method, "method_config": c["method"], "task": self.task,
                            "task_config": c["task"], "run": c["run"], "version": __version__},
                           sort_keys=True, default=str)

@@ -50,6 +50,14 @@ def _id(**fields):
     return build_spec("fedavg", "tiny_text", {"out": "unused", **fields}).run_id
 
 
+def test_a_new_field_at_its_default_changes_no_run_id(monkeypatch):
+    before = _id(), _id(lr=0.02)
+    for mod in (fedbench.configs, fedbench.runners.config, fedbench.runners.spec, fedbench.leaderboard.groups):
+        monkeypatch.setattr(mod, "RunConfig", RunConfigPlus)
+    assert (_id(), _id(lr=0.02)) == before  # four new fields at their defaults: every existing id kept
+    assert _id(x_result=0) == before[0] and _id(x_result=1) != before[0]
+
+
 def test_run_id_follows_the_role(plus):
     base = _id()
     assert _id(x_result=1) != base and _id(x_axis=1) != base and _id(x_record=1) != base
@@ -75,3 +83,11 @@ def test_leaderboard_rows_follow_the_role(plus, tmp_path):
     assert recs[0]["run"]["run_id"] != recs[2]["run"]["run_id"]  # the x_record run is another run
     by_dir = {p.parent.parent.parent.name: json.loads(p.read_text()) for p in tmp_path.rglob("*.json")}
     assert by_dir["rt"]["run"]["run_id"] == by_dir["r0"]["run"]["run_id"]
+
+
+def test_a_record_written_before_a_field_existed_reads_as_its_default(plus):
+    from fedbench.leaderboard.groups import raw_variant
+
+    old = {"run": {"variant": {"lr": 0.01}}}  # written before x_result existed
+    assert raw_variant(old) == raw_variant({"run": {"variant": {"lr": 0.01, "x_result": 0}}})
+    assert raw_variant(old) != raw_variant({"run": {"variant": {"lr": 0.01, "x_result": 1}}})
