@@ -26,6 +26,7 @@ import torch
 from fedbench.methods.base import ClientPlan, LocalPhase, Method, tensor_bytes
 from fedbench.runners.adapters import AdapterModel, DEFAULT_ADAPTER
 from fedbench.runners.meters import ClientCost, Stopwatch, optimizer_state_bytes
+from fedbench.runners.precision import autocast
 from fedbench.runners.parts import StepProbe, compose, measure_parts
 from fedbench.tasks.base import Task, iterate_batches, to_device
 
@@ -44,6 +45,7 @@ class TrainSettings:
     weight_decay: float
     grad_clip: float | None
     max_steps: int | None  # cap on steps per client per round and phase (None = full epochs)
+    precision: str = "fp32"  # of the forward: fp32 or bf16 (autocast, runners.precision)
 
 
 @dataclass
@@ -204,7 +206,8 @@ def _finish(loss: torch.Tensor, plan: ClientPlan) -> float:
 
 def _step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, hidden) -> float:
     opt.zero_grad(set_to_none=True)
-    loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
+    with autocast(am.device, s.precision):
+        loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
     value = _finish(loss, plan)
     loss.backward()
     if s.grad_clip:
@@ -223,7 +226,7 @@ def _metered_step(am, task, method, plan, phase, batch, params, opt, s: TrainSet
     hidden_pos = tuple(present.index(j) for j in method.hidden_blocks(plan) if j in present)
     prefix = am.bundle.blocks_path + "."
     rest_trainable = tuple(sorted(k for k in phase.trainable if not k.startswith(prefix)))
-    base = shape_key + (phase.name, _shape(batch))
+    base = shape_key + (phase.name, _shape(batch), s.precision)
     probe = StepProbe(blocks, shape_key[1])
     with probe.track():
         value = _step(am, task, method, plan, phase, batch, params, opt, s, hidden)
@@ -231,7 +234,10 @@ def _metered_step(am, task, method, plan, phase, batch, params, opt, s: TrainSet
     figures = compose(meter.figures, keys)
     if figures is None:
         meter.measured += 1
-        parts = _measure(am, lambda: method.client_loss(task, am.model, batch, plan, hidden, phase.name), len(blocks))
+        def loss_fn() -> torch.Tensor:
+            with autocast(am.device, s.precision):
+                return method.client_loss(task, am.model, batch, plan, hidden, phase.name)
+        parts = _measure(am, loss_fn, len(blocks))
         for part, key in keys.items():
             f = parts[part]
             meter.figures[key] = (f.flops_forward, f.flops_backward, f.saved_bytes)
