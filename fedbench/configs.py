@@ -24,14 +24,20 @@ MAX_LR = 1e6
 
 #: scored rounds of a run under the default evaluation schedule (plus the last round)
 EVAL_POINTS = 10
+#: fewest rounds between evaluations of a real task by default: scoring its whole test
+#: split every round took 14 % of a licenses/MiniLM run (benchmarks/licenses_cpu.yaml,
+#: README "Evaluation schedule"), every second round half that
+REAL_TASK_MIN_PERIOD = 2
 
 
-def eval_period(rounds: int, eval_every: int | None) -> int:
-    """Rounds between evaluations: ``eval_every`` when given, else ceil(rounds / EVAL_POINTS):
-    about ten points of the learning curve whatever the run's length, so evaluation stays
-    a small share of a long run. Runs of up to 10 rounds evaluate every round (as before
-    the default existed: their run ids are unchanged)."""
-    return eval_every if eval_every is not None else max(1, -(-rounds // EVAL_POINTS))
+def eval_period(rounds: int, eval_every: int | None, tiny: bool) -> int:
+    """Rounds between evaluations: ``eval_every`` when given, else ceil(rounds / EVAL_POINTS),
+    about ten points of the learning curve, and for a real task at least
+    ``REAL_TASK_MIN_PERIOD``. A tiny task's test split costs next to nothing: runs of up
+    to 10 rounds evaluate every round (the old default, so their run ids are unchanged)."""
+    if eval_every is not None:
+        return eval_every
+    return max(1 if tiny else REAL_TASK_MIN_PERIOD, -(-rounds // EVAL_POINTS))
 
 
 @dataclass(frozen=True)
@@ -76,8 +82,8 @@ class RunConfig:
               "domainnet/nicopp 1000, others 50) capped at half the test split; 0 = none", flag=True)
     eval_every: int | None = cfg_field(
         None, "evaluate the global model every this many rounds (and at the end); None = about 10 scored rounds "
-              "over the run: every ceil(rounds / 10) rounds (every round for runs of up to 10 rounds; the run's "
-              "config records the number)",
+              "over the run: every ceil(rounds / 10) rounds, at least every 2 for real tasks (tiny tasks: every "
+              "round up to 10 rounds); the run's config records the number",
         role=RECORD, flag=True)
     eval_initial: bool = cfg_field(False, "also evaluate the model before round 1 (pretrained backbone, fresh "
                                           "adapters and head) into results.initial", role=RECORD, flag=True)
@@ -194,4 +200,4 @@ def flag_fields() -> list[tuple[str, FieldSpec]]:
         [("task", f) for f in field_specs(TaskConfig) if f.flag]
 
 
-__all__ = ["EVAL_POINTS", "RunConfig", "TaskConfig", "eval_period", "flag_fields"]
+__all__ = ["EVAL_POINTS", "REAL_TASK_MIN_PERIOD", "RunConfig", "TaskConfig", "eval_period", "flag_fields"]

@@ -129,7 +129,7 @@ def build_spec(method: str, task: str, run: Mapping[str, Any] | RunConfig | None
         batch_size=r.batch_size or d.batch_size,
         optimizer=r.optimizer or d.optimizer,
         lr=r.lr or d.lr,
-        eval_every=eval_period(r.rounds, r.eval_every),  # None = the default schedule, its number recorded
+        eval_every=eval_period(r.rounds, r.eval_every, task_cls.tiny),  # None = the default schedule, its number recorded
         local_split=r.local_split or ("8:1:1" if method_cls.evaluation == "local" else None),
         tier_ranks=tier_ranks_for(r.tier_ranks, task_cls.kind),  # None = the paper's, by task kind
     )

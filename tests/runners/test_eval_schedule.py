@@ -17,10 +17,11 @@ from fedbench.tasks.tiny import TinyText
 from smoke import SMALL_TASK_CONFIGS
 
 
-@pytest.mark.parametrize("rounds, eval_every, period", [
-    (10, None, 1), (11, None, 2), (25, None, 3), (100, None, 10), (25, 4, 4), (3, 1, 1)])
-def test_eval_period(rounds, eval_every, period):
-    assert eval_period(rounds, eval_every) == period  # default: ceil(rounds / 10)
+@pytest.mark.parametrize("rounds, eval_every, tiny, period", [
+    (10, None, True, 1), (11, None, True, 2), (25, None, True, 3), (100, None, True, 10), (25, 4, True, 4),
+    (3, 1, False, 1), (10, None, False, 2), (3, None, False, 2), (35, None, False, 4), (10, 1, False, 1)])
+def test_eval_period(rounds, eval_every, tiny, period):
+    assert eval_period(rounds, eval_every, tiny) == period  # default: ceil(rounds / 10), >= 2 for a real task
 
 
 def _run(tmp_path, **run):
@@ -78,3 +79,8 @@ def test_cli_precision_flag(tmp_path, capsys):
     assert rec["run"]["run_config"]["precision"] == "bf16"
     assert main(["run", "--method", "fedavg", "--task", "tiny_text", "--precision", "fp16"]) == 2
     assert "precision" in capsys.readouterr().err
+
+
+def test_a_real_task_is_scored_every_second_round_of_a_short_run():
+    assert build_spec("fedavg", "ledgar", {"rounds": 10}).run.eval_every == 2
+    assert build_spec("fedavg", "ledgar", {"rounds": 10, "eval_every": 1}).run.eval_every == 1
