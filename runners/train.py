@@ -219,8 +219,9 @@ def _step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, h
 def _metered_step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, cost: ClientCost, hidden,
                   meter: MeterCache, shape_key: tuple) -> float:
     """An ordinary step whose FLOPs and saved bytes are composed from the parts' figures
-    (:mod:`~fedbench.runners.parts`); parts in a state never seen are measured first on
-    the same batch (random state and buffers restored: the training is unchanged)."""
+    (:mod:`~fedbench.runners.parts`); when a part is in a state never seen, one more
+    forward and backward of the same batch after the step measures every part (random
+    state, buffers and gradients restored: the training is unchanged)."""
     blocks = list(am.bundle.blocks())  # the present blocks, in order
     present = sorted(plan.blocks) if plan.blocks is not None else list(range(len(blocks)))
     hidden_pos = tuple(present.index(j) for j in method.hidden_blocks(plan) if j in present)
@@ -258,10 +259,14 @@ def _measure(am: AdapterModel, loss_fn: Callable[[], torch.Tensor], n_blocks: in
     """The parts' figures of one more forward and backward of the step's batch; the random
     state, the model's buffers (batch-norm statistics) and the gradients are as before."""
     buffers = [(b, b.detach().clone()) for b in am.model.buffers()]
+    grads = [(p, p.grad) for p in am.model.parameters() if p.grad is not None]
+    am.model.zero_grad(set_to_none=True)
     with torch.random.fork_rng(devices=[am.device] if am.device.type == "cuda" else []):
         parts = measure_parts(am.model, am.bundle.blocks_path, n_blocks, am.param_ptrs, loss_fn)
     with torch.no_grad():
         for b, before in buffers:
             b.copy_(before)
     am.model.zero_grad(set_to_none=True)
+    for p, g in grads:
+        p.grad = g
     return parts
