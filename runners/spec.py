@@ -83,8 +83,13 @@ class RunSpec:
 
     # -- identity --------------------------------------------------------------------------
     def configs(self, roles: tuple[str, ...] = IDENTITY_ROLES) -> dict[str, dict[str, Any]]:
-        """``{"run": ..., "method": ..., "task": ...}``: the fields whose role is in ``roles``."""
-        return {"run": values_with_roles(RunConfig, config_to_dict(self.run), roles),
+        """``{"run": ..., "method": ..., "task": ...}``: the fields whose role is in ``roles``;
+        ``precision`` only when not fp32 (the precision of every run before the field
+        existed: fp32 runs keep their run ids and share leaderboard rows with older records)."""
+        run = values_with_roles(RunConfig, config_to_dict(self.run), roles)
+        if run.get("precision") == "fp32":
+            del run["precision"]
+        return {"run": run,
                 "method": values_with_roles(type(self.method_config), config_to_dict(self.method_config), roles),
                 "task": values_with_roles(type(self.task_config), config_to_dict(self.task_config), roles)}
 
