@@ -2,9 +2,11 @@
 
 (a) Meter overhead: seconds per round (evaluation excluded) of the default run vs
     ``run.measure_flops=false``, runs interleaved (A B B A ...), median of each; target
-    <= 1.15x. tiny_text with 100 clients x 1 step (10 per round); licenses/MiniLM (20
-    clients, 5 per round, seq_len 32) when ``--licenses`` holds the data. With the
-    meter's call counts (steps measured, client-rounds that reused a measurement).
+    <= 1.15x. tiny_text with 100 clients x 1 step (10 per round), FedAvg and Fed-HeLLo
+    RGD (a new trainable layer set every client-round: the meter composes its figures
+    from per-part measurements, target <= 1.1x); licenses/MiniLM (20 clients, 5 per
+    round, seq_len 32) when ``--licenses`` holds the data. With the meter's call counts
+    (passes measured, client-rounds composed from known parts).
 (b) Start-up: wall time of ``fedbench list`` in a fresh process (median of 3).
 (c) Evaluation: share of round time spent evaluating (eval / (train rounds + eval)),
     at ``task.eval_batch_size=64`` (the old default) vs the default.
@@ -36,8 +38,8 @@ TINY = ("tiny_text", {"clients": 100, "per_round": 10, "max_steps": 1, "rounds":
 MINILM = ("ledgar", {"clients": 20, "per_round": 5, "max_steps": 2, "rounds": 2}, {"model": "minilm-l6", "seq_len": 32})
 
 
-def one_run(task, run, task_cfg, out, data=None, run_extra=None, **extra):
-    exp = Experiment("fedavg", task, {**run, "out": out, **(run_extra or {})}, task_config={**task_cfg, **extra},
+def one_run(task, run, task_cfg, out, data=None, run_extra=None, method="fedavg", **extra):
+    exp = Experiment(method, task, {**run, "out": out, **(run_extra or {})}, task_config={**task_cfg, **extra},
                      data=data)
     rec, _ = exp.run()
     if rec["status"] != "ok":
@@ -45,19 +47,20 @@ def one_run(task, run, task_cfg, out, data=None, run_extra=None, **extra):
     return rec, exp.data
 
 
-def meter_overhead(label, task, run, task_cfg, repeats, out):
+def meter_overhead(label, task, run, task_cfg, repeats, out, method="fedavg", target=1.15):
     data, on, off, rec_on, rec_off = None, [], [], None, None
-    _, data = one_run(task, {**run, "rounds": 1}, task_cfg, out)  # warm-up: load the data, build the model once
+    _, data = one_run(task, {**run, "rounds": 1}, task_cfg, out, method=method)  # warm-up: data, model built once
     for i in range(repeats):
         for measure in ((True, False) if i % 2 == 0 else (False, True)):
-            rec, data = one_run(task, run, task_cfg, out, data, run_extra={"measure_flops": measure, "seed": i})
+            rec, data = one_run(task, run, task_cfg, out, data, run_extra={"measure_flops": measure, "seed": i},
+                                method=method)
             (on if measure else off).append(rec["cost"]["seconds_per_round"])
             rec_on, rec_off = (rec, rec_off) if measure else (rec_on, rec)
     ratio = statistics.median(on) / statistics.median(off)
     c = rec_on["cost"]
-    print(f"(a) {label}: default {statistics.median(on):.3f} s/round, measure_flops=false "
-          f"{statistics.median(off):.3f} s/round -> {ratio:.3f}x (target <= 1.15); meter: "
-          f"{c['meter_measurements']} steps measured, {c['meter_reused']} client-rounds reused "
+    print(f"(a) {label}, {method}: default {statistics.median(on):.3f} s/round, measure_flops=false "
+          f"{statistics.median(off):.3f} s/round -> {ratio:.3f}x (target <= {target}); meter: "
+          f"{c['meter_measurements']} passes measured, {c['meter_reused']} client-rounds composed "
           f"({run['rounds'] * run['per_round']} client-rounds)")
     return rec_on, data
 
@@ -94,6 +97,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         list_time()
         _, data = meter_overhead("tiny_text, 100 clients x 1 step", *TINY, args.repeats, out)
+        task, run, cfg = TINY
+        meter_overhead("tiny_text, 100 clients x 1 step, roc 6:3:1", task, {**run, "roc": "6:3:1"}, cfg,
+                       args.repeats, out, method="fed_hello_rgd", target=1.1)
         eval_share("tiny_text", *TINY, data, out)
         if Path(args.licenses, "train.jsonl").is_file():
             task, run, cfg = MINILM

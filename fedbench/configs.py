@@ -22,6 +22,24 @@ MAX_THREADS = 1024
 MAX_LR = 1e6
 
 
+#: scored rounds of a run under the default evaluation schedule (plus the last round)
+EVAL_POINTS = 10
+#: fewest rounds between evaluations of a real task by default: scoring its whole test
+#: split every round took 14 % of a licenses/MiniLM run (benchmarks/licenses_cpu.yaml,
+#: README "Evaluation schedule"), every second round half that
+REAL_TASK_MIN_PERIOD = 2
+
+
+def eval_period(rounds: int, eval_every: int | None, tiny: bool) -> int:
+    """Rounds between evaluations: ``eval_every`` when given, else ceil(rounds / EVAL_POINTS),
+    about ten points of the learning curve, and for a real task at least
+    ``REAL_TASK_MIN_PERIOD``. A tiny task's test split costs next to nothing: runs of up
+    to 10 rounds evaluate every round (the old default, so their run ids are unchanged)."""
+    if eval_every is not None:
+        return eval_every
+    return max(1 if tiny else REAL_TASK_MIN_PERIOD, -(-rounds // EVAL_POINTS))
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything about a run that is neither the method's nor the task's config. Each
@@ -44,6 +62,9 @@ class RunConfig:
     momentum: float = cfg_field(0.0, "SGD momentum", flag=True)
     weight_decay: float = cfg_field(0.0, "weight decay", flag=True)
     grad_clip: float | None = cfg_field(None, "clip the gradient norm to this value", flag=True)
+    precision: Literal["fp32", "bf16"] = cfg_field(
+        "fp32", "precision of every forward (training and evaluation): fp32, or bf16 = torch.autocast to bfloat16 "
+                "(parameters, gradients and optimizer state stay float32)", flag=True)
     roc: str | None = cfg_field(None, "ratio of resource tiers, e.g. 6:3:1 (Fed-HeLLo)", role=AXIS, flag=True)
     capacities: list[int] | None = cfg_field(None, "per-client layer budgets, e.g. 12,10,8,6,4,3 (FedRA)",
                                              role=AXIS, flag=True)
@@ -70,8 +91,11 @@ class RunConfig:
         None, "test examples held out for the server (Fed-HeLLo's FIM proxy set) and never evaluated, in every "
               "run so every method is scored on the same examples; None = the task's paper size (cifar100 100, "
               "domainnet/nicopp 1000, others 50) capped at half the test split; 0 = none", flag=True)
-    eval_every: int = cfg_field(1, "evaluate the global model every this many rounds (and at the end)",
-                                role=RECORD, flag=True)
+    eval_every: int | None = cfg_field(
+        None, "evaluate the global model every this many rounds (and at the end); None = about 10 scored rounds "
+              "over the run: every ceil(rounds / 10) rounds, at least every 2 for real tasks (tiny tasks: every "
+              "round up to 10 rounds); the run's config records the number",
+        role=RECORD, flag=True)
     eval_initial: bool = cfg_field(False, "also evaluate the model before round 1 (pretrained backbone, fresh "
                                           "adapters and head) into results.initial", role=RECORD, flag=True)
     target_metric: float | None = cfg_field(
@@ -115,8 +139,10 @@ class RunConfig:
     def __post_init__(self) -> None:
         for name in ("clients", "per_round", "max_steps", "batch_size"):
             check(self, name, getattr(self, name) is None or getattr(self, name) >= 1, "must be an integer >= 1 (or none)")
-        for name in ("rounds", "local_epochs", "eval_every"):
+        for name in ("rounds", "local_epochs"):
             check(self, name, getattr(self, name) >= 1, "must be an integer >= 1")
+        check(self, "eval_every", self.eval_every is None or self.eval_every >= 1,
+              "must be an integer >= 1 (or none: about 10 scored rounds over the run)")
         check(self, "server_holdout", self.server_holdout is None or self.server_holdout >= 0,
               "must be an integer >= 0 (or none)")
         check(self, "lr", self.lr is None or 0 < self.lr <= MAX_LR, f"must be a number > 0 and <= {MAX_LR:g}")
@@ -192,4 +218,4 @@ def flag_fields() -> list[tuple[str, FieldSpec]]:
         [("task", f) for f in field_specs(TaskConfig) if f.flag]
 
 
-__all__ = ["RunConfig", "TaskConfig", "flag_fields"]
+__all__ = ["EVAL_POINTS", "REAL_TASK_MIN_PERIOD", "RunConfig", "TaskConfig", "eval_period", "flag_fields"]

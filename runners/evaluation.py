@@ -26,9 +26,9 @@ from fedbench.tasks.base import EvalResult, Task
 
 class Evaluator:
     def __init__(self, method: Method, task: Task, am: AdapterModel, fed: Federation, store: ClientStore,
-                 domain_names: list[str] | None):
+                 domain_names: list[str] | None, precision: str = "fp32"):
         self.method, self.task, self.am, self.fed, self.store = method, task, am, fed, store
-        self.domain_names = domain_names
+        self.domain_names, self.precision = domain_names, precision
 
     def evaluate(self, state: MethodState, executor: Any) -> tuple[EvalResult, dict[int, float] | None]:
         """The run's score of ``state`` and, for local evaluation, each client's score."""
@@ -36,7 +36,7 @@ class Evaluator:
         if m.evaluation == "local":
             return self._local(state, executor)
         return evaluate_model(self.am, m, self.task, m.eval_tensors(state), self.fed.test, self.fed.test_domains,
-                              self.domain_names, m.eval_blocks(state)), None
+                              self.domain_names, m.eval_blocks(state), self.precision), None
 
     def _local(self, state: MethodState, executor: Any) -> tuple[EvalResult, dict[int, float]]:
         tensors = self.method.eval_tensors(state)

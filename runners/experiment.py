@@ -126,7 +126,8 @@ class Experiment:
         self.worker = wspec.build(self.data, profiles, server=self.server, pool=pool)
         self.worker.method.check_tiers(self.tiers.reachable_profiles(fed.sizes))
         self.store = ClientStore(self.record_path().with_suffix(".clients"), int(r.store_memory_mb * 1e6))
-        self.evaluator = Evaluator(self.worker.method, self.task, am, fed, self.store, self.data.domain_names)
+        self.evaluator = Evaluator(self.worker.method, self.task, am, fed, self.store, self.data.domain_names,
+                                   spec.run.precision)
         self.worker_spec, self.profiles = wspec, profiles
 
     def make_executor(self) -> Executor:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Hashable, Iterator
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -33,12 +33,17 @@ class SavedTensorBytes:
     """Sum of bytes autograd saves for backward inside the context (params excluded).
 
     ``exclude``: the storage pointers of the parameters (:func:`storage_ptrs`, computed
-    once per model, not per measured step), or the tensors themselves."""
+    once per model, not per measured step), or the tensors themselves. ``part()``, if
+    given, names the part of the model saving now: ``by_part`` then holds each part's
+    bytes (a storage counts for the first part that saves it)."""
 
-    def __init__(self, exclude: "frozenset[int] | set[int] | list[torch.Tensor]"):
+    def __init__(self, exclude: "frozenset[int] | set[int] | list[torch.Tensor]",
+                 part: "Callable[[], Hashable] | None" = None):
         self._exclude = exclude if isinstance(exclude, (set, frozenset)) else storage_ptrs(exclude)
         self._seen: set[int] = set()
+        self._part = part
         self.bytes = 0
+        self.by_part: dict = {}
 
     def _pack(self, t: torch.Tensor):
         st = t.untyped_storage()
@@ -46,6 +51,9 @@ class SavedTensorBytes:
         if ptr not in self._exclude and ptr not in self._seen:
             self._seen.add(ptr)
             self.bytes += st.nbytes()
+            if self._part is not None:
+                part = self._part()
+                self.by_part[part] = self.by_part.get(part, 0) + st.nbytes()
         return t
 
     @contextlib.contextmanager

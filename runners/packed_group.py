@@ -92,23 +92,24 @@ def concat_batches(batches: list[Any]) -> Any:
 
 def _meter(am: AdapterModel, task: Task, method, c: PackedClient, batch: Any, settings: TrainSettings,
            meter: MeterCache, arch: str) -> None:
-    """The figures of ``c``'s first step, as :func:`train_client` gets them: reused from the
-    cache, or measured on ``c`` alone (its update discarded: the group trains its own tensors)."""
+    """The figures of ``c``'s first step, as :func:`train_client` gets them: a step of the
+    same signature composed before (:attr:`MeterCache.steps`), or one step of ``c`` alone,
+    metered (composed from the parts; its update discarded: the group trains its own tensors)."""
     plan, cost = c.job.plan, c.cost
-    key = meter_key((arch, c.adapter), c.phase, plan, batch)
-    if key in meter.figures:
+    key = meter_key((arch, c.adapter), c.phase, plan, batch, settings.precision)
+    if key in meter.steps:
         meter.reused += 1
-        cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes, cost.breakdown = meter.figures[key]
+        cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes, breakdown = meter.steps[key]
+        cost.breakdown = dict(breakdown)
     else:
-        meter.measured += 1
         with am.use_adapter(c.adapter), am.subset_blocks(plan.blocks):
             am.load({k: t.detach() for k, t in c.tensors.items()}, c.adapter)
             am.model.train()
-            measure_step(am, task, method, plan, c.phase, batch, settings, c.adapter, cost)
+            measure_step(am, task, method, plan, c.phase, batch, settings, c.adapter, cost, meter, (arch, c.adapter))
             am.set_trainable([])
             am.model.zero_grad(set_to_none=True)
-        meter.figures[key] = (cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes,
-                              dict(cost.breakdown))
+        meter.steps[key] = (cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes,
+                            dict(cost.breakdown))
     cost.first_batch = _rows(batch)
 
 

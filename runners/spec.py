@@ -25,7 +25,7 @@ from typing import Any, Mapping
 from fedbench.version import __version__
 from fedbench import records
 from fedbench.config import IDENTITY_ROLES, RESULT, config_to_dict, values_with_roles, without_defaults
-from fedbench.configs import RunConfig
+from fedbench.configs import RunConfig, eval_period
 from fedbench.runners.config import validate_run
 from fedbench.runners.tiers import tier_ranks_for
 from fedbench.runners.train import TrainSettings
@@ -74,7 +74,7 @@ class RunSpec:
         r = self.run
         return TrainSettings(local_epochs=r.local_epochs, batch_size=r.batch_size, optimizer=r.optimizer, lr=r.lr,
                              momentum=r.momentum, weight_decay=r.weight_decay, grad_clip=r.grad_clip,
-                             max_steps=r.max_steps)
+                             max_steps=r.max_steps, precision=r.precision)
 
     @property
     def resource_label(self) -> str:
@@ -136,6 +136,7 @@ def build_spec(method: str, task: str, run: Mapping[str, Any] | RunConfig | None
         batch_size=r.batch_size or d.batch_size,
         optimizer=r.optimizer or d.optimizer,
         lr=r.lr or d.lr,
+        eval_every=eval_period(r.rounds, r.eval_every, task_cls.tiny),  # None = the default schedule, its number recorded
         local_split=r.local_split or ("8:1:1" if method_cls.evaluation == "local" else None),
         tier_ranks=tier_ranks_for(r.tier_ranks, task_cls.kind),  # None = the paper's, by task kind
     )

@@ -121,9 +121,10 @@ def cost_section(costs: Sequence[ClientCost], logs: Sequence[RoundLog], device_t
                             "by_tier": by_tier(measured_costs, step_t)},
         "tflops_total": sum(c.flops_total for c in trained) / 1e12 if measured_costs else None,
         "server_tflops_total": server_flops / 1e12,
-        "flops_source": "FlopCounterMode on the first step of a client-round, measured once per distinct model "
-                        "shape (architecture, blocks, trainable set, rank, batch shape) and reused for the same "
-                        "shape; scaled by batch size over its steps",
+        "flops_source": "measured (composed from per-part measurements): FlopCounterMode and the saved-tensor "
+                        "meter per block and for the rest of the model, each part measured once per state (its "
+                        "shapes, which of its tensors train, whether a block below trains) and the first step of "
+                        "every client-round summed from its parts' figures; scaled by batch size over its steps",
         "peak_mem_gb": {**mem(measured_costs, peak), "by_tier": by_tier(measured_costs, lambda cs: mem(cs, peak))},
         "peak_mem_source": mem_source,
         "accounted_mem_gb": {**mem(measured_costs, lambda c: c.accounted_bytes),

@@ -3,10 +3,12 @@
 ``train_client`` loads a client's tensors (payload + private state) into the model of its
 architecture, runs the method's local phases (each makes exactly its tensors trainable:
 real freezing), optionally on the planned subset of blocks, and returns the tensors to
-upload and the private state to keep. The first step of a client-round is measured
-(FLOPs forward/backward, accounted memory) unless a :class:`MeterCache` already holds the
-figures of the same model shape (architecture, blocks, trainable set, rank, batch shape):
-those are deterministic, so a run measures each distinct combination once. The loop's
+upload and the private state to keep. The first step of a client-round gets its FLOPs
+(forward/backward) and accounted memory from a :class:`MeterCache`: the step's figures
+are composed from per-part measurements (each block and the rest of the model, by state:
+:mod:`~fedbench.runners.parts`), and only a part state never seen before costs one
+measuring pass, so a run measures a bounded number of passes whatever its allocations;
+parameter, gradient and optimizer bytes are read directly every client-round. The loop's
 FLOP total scales the step's figures by each later step's batch size. A caller may pass
 ``on_step(step, steps)``, called after every local step with the client-round's planned
 step count (:func:`planned_steps`): the live view of a long client.
@@ -23,7 +25,9 @@ import torch
 
 from fedbench.methods.base import ClientPlan, LocalPhase, Method, tensor_bytes
 from fedbench.runners.adapters import AdapterModel, DEFAULT_ADAPTER
-from fedbench.runners.meters import ClientCost, SavedTensorBytes, Stopwatch, count_flops, optimizer_state_bytes
+from fedbench.runners.meters import ClientCost, Stopwatch, optimizer_state_bytes
+from fedbench.runners.precision import autocast
+from fedbench.runners.parts import StepProbe, compose, measure_parts
 from fedbench.tasks.base import Task, iterate_batches, to_device
 
 
@@ -41,13 +45,19 @@ class TrainSettings:
     weight_decay: float
     grad_clip: float | None
     max_steps: int | None  # cap on steps per client per round and phase (None = full epochs)
+    precision: str = "fp32"  # of the forward: fp32 or bf16 (autocast, runners.precision)
 
 
 @dataclass
 class MeterCache:
-    """Measured step figures by model shape, reused within a run (``run.measure_flops``)."""
+    """Measured figures of model parts by state (:mod:`~fedbench.runners.parts`: forward
+    FLOPs, backward FLOPs, saved bytes), reused within a run (``run.measure_flops``);
+    ``measured`` counts measuring passes, ``reused`` client-rounds composed from known parts."""
 
-    figures: dict[tuple, tuple[float, float, int, dict]] = field(default_factory=dict)
+    figures: dict[tuple, tuple[float, float, int]] = field(default_factory=dict)
+    #: whole-step figures by :func:`meter_key` (executors that meter a client's step apart from
+    #: its training: ``packed``); a cache of compositions, not checkpointed
+    steps: dict[tuple, tuple[float, float, int, dict]] = field(default_factory=dict)
     measured: int = 0
     reused: int = 0
 
@@ -158,17 +168,8 @@ def _run_phase(am, task, method, dataset, indices, plan, phase: LocalPhase, sett
     for batch in phase_batches(task, dataset, indices, phase, settings, rng, am.device):
         bsz = _batch_size(batch)
         if meter is not None and cost.steps == 0:
-            key = meter_key(shape_key, phase, plan, batch)
-            if key in meter.figures:
-                meter.reused += 1
-                loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
-                cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes, cost.breakdown = \
-                    meter.figures[key]
-            else:
-                meter.measured += 1
-                loss = _measured_step(am, task, method, plan, phase, batch, params, opt, settings, cost, hidden)
-                meter.figures[key] = (cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes,
-                                      dict(cost.breakdown))
+            loss = _metered_step(am, task, method, plan, phase, batch, params, opt, settings, cost, hidden,
+                                 meter, shape_key)
             cost.first_batch = bsz
         else:
             loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
@@ -195,21 +196,25 @@ def phase_batches(task: Task, dataset: Any, indices: np.ndarray, phase: LocalPha
             steps += 1
 
 
-def meter_key(shape_key: tuple, phase: LocalPhase, plan: ClientPlan, batch: Any) -> tuple:
-    """The :class:`MeterCache` key of a client's first step: ``shape_key`` (architecture,
-    adapter), the phase, the blocks, the trainable set and the batch's tensor shapes."""
-    return shape_key + (phase.name, plan.blocks, tuple(sorted(phase.trainable)), _shape(batch))
+def meter_key(shape_key: tuple, phase: LocalPhase, plan: ClientPlan, batch: Any, precision: str) -> tuple:
+    """A whole step's signature: ``shape_key`` (architecture, adapter), the phase, the blocks,
+    the trainable set, the batch's tensor shapes and the precision. Its composed figures are
+    deterministic, so an executor that cannot probe its clients' steps one by one (``packed``)
+    keeps them by this key (:attr:`MeterCache.steps`)."""
+    return shape_key + (phase.name, plan.blocks, tuple(sorted(phase.trainable)), _shape(batch), precision)
 
 
 def measure_step(am: AdapterModel, task: Task, method: Method, plan: ClientPlan, phase: LocalPhase, batch: Any,
-                 settings: TrainSettings, adapter: str, cost: ClientCost) -> float:
-    """One step of ``plan``'s ``phase`` on the tensors loaded in ``am`` under the meters
-    (the figures of :func:`train_client`'s measured first step, into ``cost``), with an
-    optimizer of its own; returns the loss. For executors that train a client's steps
-    elsewhere (``packed``): the step's update to ``am`` is the caller's to discard."""
+                 settings: TrainSettings, adapter: str, cost: ClientCost, meter: MeterCache,
+                 shape_key: tuple) -> float:
+    """One step of ``plan``'s ``phase`` on the tensors loaded in ``am``, metered as
+    :func:`train_client`'s first step is (figures composed from ``meter``'s parts, measured
+    where a part is new), into ``cost``, with an optimizer of its own; returns the loss. For
+    executors that train a client's steps elsewhere (``packed``): the step's update to ``am``
+    is the caller's to discard."""
     params = am.set_trainable(phase.trainable, adapter)
     opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
-    return _measured_step(am, task, method, plan, phase, batch, params, opt, settings, cost, {})
+    return _metered_step(am, task, method, plan, phase, batch, params, opt, settings, cost, {}, meter, shape_key)
 
 
 def _batch_size(batch: Any) -> int:
@@ -232,7 +237,8 @@ def _finish(loss: torch.Tensor, plan: ClientPlan) -> float:
 
 def _step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, hidden) -> float:
     opt.zero_grad(set_to_none=True)
-    loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
+    with autocast(am.device, s.precision):
+        loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
     value = _finish(loss, plan)
     loss.backward()
     if s.grad_clip:
@@ -241,24 +247,57 @@ def _step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, h
     return value
 
 
-def _measured_step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, cost: ClientCost,
-                   hidden) -> float:
-    """One step under the FLOP counter and the saved-tensor meter."""
-    opt.zero_grad(set_to_none=True)
-    saved = SavedTensorBytes(exclude=am.param_ptrs)
-    with count_flops() as fwd, saved.track():
-        loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
-    value = _finish(loss, plan)
-    with count_flops() as bwd:
-        loss.backward()
-    if s.grad_clip:
-        torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
-    opt.step()
-    cost.flops_forward_step = float(fwd.get_total_flops())
-    cost.flops_backward_step = float(bwd.get_total_flops())
+def _metered_step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, cost: ClientCost, hidden,
+                  meter: MeterCache, shape_key: tuple) -> float:
+    """An ordinary step whose FLOPs and saved bytes are composed from the parts' figures
+    (:mod:`~fedbench.runners.parts`); when a part is in a state never seen, one more
+    forward and backward of the same batch after the step measures every part (random
+    state, buffers and gradients restored: the training is unchanged)."""
+    blocks = list(am.bundle.blocks())  # the present blocks, in order
+    present = sorted(plan.blocks) if plan.blocks is not None else list(range(len(blocks)))
+    hidden_pos = tuple(present.index(j) for j in method.hidden_blocks(plan) if j in present)
+    prefix = am.bundle.blocks_path + "."
+    rest_trainable = tuple(sorted(k for k in phase.trainable if not k.startswith(prefix)))
+    base = shape_key + (phase.name, _shape(batch), s.precision)
+    probe = StepProbe(blocks, shape_key[1])
+    with probe.track():
+        value = _step(am, task, method, plan, phase, batch, params, opt, s, hidden)
+    keys = probe.keys(base, rest_trainable, hidden_pos)
+    figures = compose(meter.figures, keys)
+    if figures is None:
+        meter.measured += 1
+        def loss_fn() -> torch.Tensor:
+            with autocast(am.device, s.precision):
+                return method.client_loss(task, am.model, batch, plan, hidden, phase.name)
+        parts = _measure(am, loss_fn, len(blocks))
+        for part, key in keys.items():
+            f = parts[part]
+            meter.figures[key] = (f.flops_forward, f.flops_backward, f.saved_bytes)
+        figures = compose({k: meter.figures[k] for k in keys.values()}, keys)  # this pass's own sum
+    else:
+        meter.reused += 1
+    cost.flops_forward_step, cost.flops_backward_step = figures.flops_forward, figures.flops_backward
     param_bytes = am.n_params_bytes()
     grad_bytes = tensor_bytes([p for p in params])
     opt_bytes = optimizer_state_bytes(opt)
-    cost.accounted_bytes = param_bytes + grad_bytes + opt_bytes + saved.bytes
-    cost.breakdown = {"params": param_bytes, "grads": grad_bytes, "optimizer": opt_bytes, "activations": saved.bytes}
+    cost.accounted_bytes = param_bytes + grad_bytes + opt_bytes + figures.saved_bytes
+    cost.breakdown = {"params": param_bytes, "grads": grad_bytes, "optimizer": opt_bytes,
+                      "activations": figures.saved_bytes}
     return value
+
+
+def _measure(am: AdapterModel, loss_fn: Callable[[], torch.Tensor], n_blocks: int) -> dict:
+    """The parts' figures of one more forward and backward of the step's batch; the random
+    state, the model's buffers (batch-norm statistics) and the gradients are as before."""
+    buffers = [(b, b.detach().clone()) for b in am.model.buffers()]
+    grads = [(p, p.grad) for p in am.model.parameters() if p.grad is not None]
+    am.model.zero_grad(set_to_none=True)
+    with torch.random.fork_rng(devices=[am.device] if am.device.type == "cuda" else []):
+        parts = measure_parts(am.model, am.bundle.blocks_path, n_blocks, am.param_ptrs, loss_fn)
+    with torch.no_grad():
+        for b, before in buffers:
+            b.copy_(before)
+    am.model.zero_grad(set_to_none=True)
+    for p, g in grads:
+        p.grad = g
+    return parts

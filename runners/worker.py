@@ -22,6 +22,7 @@ from fedbench.errors import UserError
 from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodContext, ServerAPI
 from fedbench.runners.adapters import AdapterModel
 from fedbench.runners.meters import ClientCost, PeakRSS
+from fedbench.runners.precision import autocast
 from fedbench.runners.seeds import seed_for
 from fedbench.runners.train import MeterCache, StepHook, TrainSettings, train_client
 from fedbench.tasks.base import EvalResult, Task, TaskData, subset
@@ -206,21 +207,26 @@ class ClientWorker:
         client's private state on its local test split (``job.indices`` of the train data)."""
         private = job.private if job.private is not None else self.pool.fresh(job.arch, job.private_keys)
         data = subset(self.pool.data.train, job.indices)
-        return evaluate_model(self.pool.get(job.arch), self.method, self.pool.task, {**job.tensors, **private}, data)
+        return evaluate_model(self.pool.get(job.arch), self.method, self.pool.task, {**job.tensors, **private}, data,
+                              precision=self.settings.precision)
 
 
 @torch.no_grad()
 def evaluate_model(am: AdapterModel, method: Method, task: Task, tensors: dict[str, torch.Tensor], data: Any,
-                   domains=None, domain_names=None, blocks: tuple[int, ...] | None = None) -> EvalResult:
+                   domains=None, domain_names=None, blocks: tuple[int, ...] | None = None,
+                   precision: str = "fp32") -> EvalResult:
     """``task.evaluate`` of ``am``'s model with ``tensors`` loaded (base weights among them
     apply to this evaluation only), on ``blocks`` (None = all), through the method's
-    ``eval_logits`` (classification; None = the task's forward)."""
+    ``eval_logits`` (classification; None = the task's forward), in ``precision``. The
+    scoring runs under ``torch.inference_mode`` (no autograd bookkeeping at all); loading
+    the tensors does not, so the model's parameters never become inference tensors."""
     tensors = {k: v for k, v in tensors.items() if am.has(k)}
     with am.base_overlay(tensors), am.subset_blocks(blocks), am.capture(method.hidden_blocks(None)) as hidden:
         am.load(tensors)
         am.model.eval()
-        return task.evaluate(am.model, data, am.device, domains, domain_names,
-                             logits_fn=lambda model, batch: method.eval_logits(task, model, batch, hidden))
+        with torch.inference_mode(), autocast(am.device, precision):
+            return task.evaluate(am.model, data, am.device, domains, domain_names,
+                                 logits_fn=lambda model, batch: method.eval_logits(task, model, batch, hidden))
 
 
 __all__ = ["ClientJob", "ClientResult", "ClientWorker", "EvalJob", "ModelPool", "WorkerSpec", "evaluate_model"]

@@ -2,6 +2,7 @@
 figures are printed, not asserted, except the savings that define the method)."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 from fedbench.runners.experiment import Experiment
@@ -26,3 +27,23 @@ def test_savings_client_step_measures_fedra_sub_models(tmp_path):
     half = savings.client_step(exp, range(6), blocks=range(6))
     flops = lambda c: c.flops_forward_step + c.flops_backward_step  # noqa: E731
     assert 0.4 < flops(half) / flops(full) < 0.6  # 6 of 12 blocks: about half the step
+
+
+def test_throughput_prints_every_section_and_skips_packed_when_unregistered(capsys):
+    throughput = _load("throughput")
+    throughput.main(["--repeats", "1", "--rounds", "2", "--clients", "4", "--per-round", "2", "--max-steps", "1",
+                     "--tiny-text", json.dumps(SMALL_TASK_CONFIGS["tiny_text"]),
+                     "--tiny-vision", json.dumps(SMALL_TASK_CONFIGS["tiny_vision"]),
+                     "--executor", "no_such_executor"])
+    out = capsys.readouterr().out
+    for section in ("(1) meter overhead, fed_hello_rgd", "(2) evaluation share", "(3) bf16 / fp32 s/step",
+                    "(4) packed vs local: skipped, no executor named 'no_such_executor'"):
+        assert section in out, section
+
+
+def test_packed_vs_local_compares_a_registered_executor(tmp_path, capsys):
+    throughput = _load("throughput")
+    got = throughput.packed_vs_local("local", [("tiny_text", "tiny_text", SMALL_TASK_CONFIGS["tiny_text"])],
+                                     ks=(2,), out=str(tmp_path), rounds=1)
+    assert set(got) == {("tiny_text", 2)} and got[("tiny_text", 2)]["local"] > 0
+    assert "(4) tiny_text, K=2: local" in capsys.readouterr().out
