@@ -49,7 +49,9 @@ def test_short_runs_keep_their_run_id_under_the_default_schedule():
 def test_precision_is_part_of_the_identity_and_the_variant():
     fp32, bf16 = build_spec("fedavg", "tiny_text", {}), build_spec("fedavg", "tiny_text", {"precision": "bf16"})
     assert fp32.run_id != bf16.run_id
-    assert "precision" not in fp32.variant() and bf16.variant()["precision"] == "bf16"
+    assert fp32.variant()["precision"] == "fp32" and bf16.variant()["precision"] == "bf16"
+    # fp32 is the default: an fp32 run keeps the id it had before the field existed
+    assert fp32.run_id == build_spec("fedavg", "tiny_text", {"precision": "fp32"}).run_id
 
 
 @pytest.mark.parametrize("precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
