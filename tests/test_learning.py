@@ -42,12 +42,15 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.baselines import FedAvg
 from fedbench.methods.base import ClientPlan, LocalPhase
+from fedbench.methods.fedsa_lora import FedSALoRA
 from fedbench.methods.own_model import Standalone
 from fedbench.runners.experiment import Experiment
-from test_conformance import LEARN_CASES, LEARN_DATA, LEARN_ROUNDS, task_config_for
+from test_conformance import LEARN_CASES, LEARN_DATA, task_config_for
 
 #: run seeds every method and reference is run with (paired by seed)
 SEEDS = (0, 1)
+#: rounds of every run (method and reference alike)
+ROUNDS = 15
 #: the least mean (over seeds) accuracy gain over each reference; every seed must gain > 0 too
 MARGIN = 0.05
 #: (method, reference) -> why the method cannot beat that reference by MARGIN here
@@ -113,7 +116,18 @@ class BiasOnly(Standalone):
         return (LocalPhase("train", tuple(k for k in self.ctx.part_keys["head"] if k.endswith("bias"))),)
 
 
-BROKEN = {"test_head_only": HeadOnly, "test_constant": Constant, "test_bias_only": BiasOnly}
+class BiasOnlyLoRA(FedSALoRA):
+    """FedSA-LoRA's personalised model training only its private head's bias (no LoRA): the
+    bias-only reference of the personalised methods that run on the LoRA tasks."""
+
+    def local_phases(self, plan: ClientPlan) -> tuple[LocalPhase, ...]:
+        return (LocalPhase("train", tuple(k for k in self.ctx.head_keys if k.endswith("bias"))),)
+
+
+BROKEN = {"test_head_only": HeadOnly, "test_constant": Constant, "test_bias_only": BiasOnly,
+          "test_bias_only_lora": BiasOnlyLoRA}
+#: the bias-only reference of a personalised method, by task (the model family it runs there)
+BIAS_ONLY = {"tiny_vision": "test_bias_only", "tiny_text": "test_bias_only_lora"}
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +148,8 @@ def run_once(method: str, task: str, personalised: bool, seed: int, tmp_path_fac
     a reference is shared by every method of the same task and evaluation)."""
     key = (method, task, personalised, seed)
     if key not in _RUNS:
-        run = dict(rounds=LEARN_ROUNDS, clients=4, per_round=4, roc="1:1:1", seed=seed,
-                   out=str(tmp_path_factory.mktemp("learn")), eval_initial=True, eval_every=LEARN_ROUNDS,
+        run = dict(rounds=ROUNDS, clients=4, per_round=4, roc="1:1:1", seed=seed,
+                   out=str(tmp_path_factory.mktemp("learn")), eval_initial=True, eval_every=ROUNDS,
                    measure_flops=False, setting="2/-" if personalised else "iid")
         rec, _ = Experiment(method, task, run, task_config=learn_config(method, task, personalised)).run()
         assert rec["status"] == "ok", rec["error"]
@@ -148,8 +162,7 @@ def majority_class(task: str, personalised: bool) -> int:
     from fedbench.tasks import TASKS
     from fedbench.config import build_config
     task_cls = TASKS.get(task)
-    method = "test_bias_only" if personalised else "test_constant"
-    cfg = learn_config(method, task, personalised)
+    cfg = learn_config("test_constant", task, personalised)
     labels = task_cls(build_config(task_cls.config_cls, cfg, "task")).load().train_labels
     return int(np.bincount(np.asarray(labels)).argmax())
 
@@ -159,18 +172,18 @@ def shortfalls(method: str, task: str, tmp_path_factory) -> list[str]:
     Constant.majority = majority_class(task, personalised)
     recs = [run_once(method, task, personalised, s, tmp_path_factory) for s in SEEDS]
     finals = [r["results"]["final"] for r in recs]
-    partial = "test_bias_only" if personalised else "test_head_only"
+    partial = BIAS_ONLY[task] if personalised else "test_head_only"
     refs = {"untrained": [r["results"]["initial"]["metric"] for r in recs],
             "constant": [run_once("test_constant", task, personalised, s, tmp_path_factory)["results"]["final"]
                          for s in SEEDS],
-            partial.removeprefix("test_"): [run_once(partial, task, personalised, s, tmp_path_factory)["results"]["final"]
+            "bias_only" if personalised else "head_only": [run_once(partial, task, personalised, s, tmp_path_factory)["results"]["final"]
                                             for s in SEEDS]}
     refs = {k: v for k, v in refs.items() if (method, k) not in EXEMPT}
     return learning_shortfalls(finals, refs, MARGIN)
 
 
 @pytest.mark.parametrize("method,task", [("test_head_only", "tiny_text"), ("test_constant", "tiny_text"),
-                                         ("test_bias_only", "tiny_vision")])
+                                         ("test_bias_only", "tiny_vision"), ("test_bias_only_lora", "tiny_text")])
 def test_broken_variants_fail(method, task, broken_methods, tmp_path_factory):
     assert shortfalls(method, task, tmp_path_factory), f"{method} passed the learning check"
 
