@@ -18,15 +18,26 @@ fails the check. Methods that cannot beat a reference by design: :data:`EXEMPT`.
 Globally evaluated methods run on tiny_text with ``label=order`` (:data:`LEARN_TEXT`): the
 keyword labels of the default config are linearly readable from the frozen random BERT's
 pooled features (FedAvg did not beat head-only there: 5 rounds, seeds 0 / 1: -0.125,
-+0.250), while the order of two keywords needs the attention that LoRA on q/v trains.
-FedAvg, 5 rounds, seeds 0 / 1: 0.460 / 0.493 against head-only 0.393 / 0.420.
++0.250), while the order of two keywords needs the attention that LoRA trains. A head on
+frozen features reads the keyword pair, not its order, so head-only tops out near 0.5
+(6 classes): 0.513 / 0.487 at 15 rounds, 0.567 / 0.527 with 3 local epochs.
 
-Every registered classification method is checked (:func:`test_method_learns`, parametrised
-over the registry like test_conformance). The default run checks :data:`FAST`; the rest
-are marked slow and run only with ``FEDBENCH_LEARNING_ALL=1`` (about 5-20 s a run on one
-core, two seeds each: too slow for the default suite). Not yet passing at this budget
-(5 rounds, 4 clients, 1:1:1): fedra (head-only gain +0.000 / -0.007) and hetlora; whether
-that is budget or design is not settled, so neither is exempt.
+Budget (:data:`ROUNDS`): 15 rounds, 1 local epoch, 4 clients, ``--roc 1:1:1``. At 5 rounds
+fed_hello_gd_bottleneck / _inverted and fd missed the head-only margin and passed at 15.
+Every registered classification method is checked (:func:`test_method_learns`,
+parametrised over the registry like test_conformance). The default run checks
+:data:`FAST`, one method per family (FedAvg, FedRA, InclusiveFL, the FedLoRA family,
+FedSA-LoRA of 2025); the rest are marked slow and run only with
+``FEDBENCH_LEARNING_ALL=1`` (measured: 33 methods, about 40 min on one contended core).
+
+Not passing at this budget, and not exempt (head-only gain per seed, 15 rounds): the
+margin is the size of the noise of a 150-example test split (one example = 0.0067), so
+these are budget, not design: fed_hello +0.067 / +0.033, fed_hello_rgd +0.067 / +0.033,
+fed_hello_gd_triangle +0.020 / +0.080, hetlora +0.027 / +0.040 (rank 1 / 4 / 16 tiers,
+scaling alpha / r_max), flora +0.053 / +0.013, fed_plora +0.040 / +0.040, fed_sb
++0.027 / -0.007. With 3 local epochs fed_hello reached 0.840 (seed 0, head-only 0.567) and
+hetlora 0.587 / 0.627 (gain +0.020 / +0.100): more local steps is the likely fix, at three
+times the cost, not yet run over the registry.
 """
 
 from __future__ import annotations
@@ -53,12 +64,25 @@ SEEDS = (0, 1)
 ROUNDS = 15
 #: the least mean (over seeds) accuracy gain over each reference; every seed must gain > 0 too
 MARGIN = 0.05
-#: (method, reference) -> why the method cannot beat that reference by MARGIN here
-EXEMPT: dict[tuple[str, str], str] = {}
+#: (method, reference) -> why the method cannot beat that reference by MARGIN here (it must
+#: still beat the others)
+EXEMPT: dict[tuple[str, str], str] = {
+    ("fedra", "head_only"): (
+        "FedRA trains each client's LoRA and head on a sub-model of c_i random blocks stacked in "
+        "ascending order (FedRA Sec. 3.5, step 2) and is scored on the full 12-block model; the paper "
+        "relies on a pretrained ViT whose blocks can be skipped (Sec. 4.1), while this backbone is random "
+        "init, so its head is trained on features the full model does not produce: head-only gain -0.047 / -0.047 "
+        "at 15 rounds, seed 0 0.487 against head-only 0.520 at 10 rounds x 3 local epochs"),
+    ("exclusive", "head_only"): (
+        "Fed-HeLLo's Exclusive baseline (Sec. I: 'a significant loss of data from low-capability "
+        "clients') trains on the full-capacity tier only (1 of the 4 clients here, a quarter of the "
+        "data) while head-only trains the head on every client: head-only gain -0.080 / "
+        "+0.040 at 15 rounds, -0.013 / +0.047 at 15 rounds x 3 local epochs"),
+}
 #: tiny_text for the globally evaluated methods: labels that need token interactions
 LEARN_TEXT = {"label": "order", "keywords": 2, "n_train": 600, "n_test": 200, "seq_len": 12}
 #: methods checked in the default run (the others: FEDBENCH_LEARNING_ALL=1)
-FAST = ("fedavg", "fed_hello")
+FAST = ("fedavg", "fedra", "inclusivefl", "fedlora", "fedsa_lora")
 
 
 def learn_config(method: str, task: str, personalised: bool) -> dict:
@@ -176,8 +200,8 @@ def shortfalls(method: str, task: str, tmp_path_factory) -> list[str]:
     refs = {"untrained": [r["results"]["initial"]["metric"] for r in recs],
             "constant": [run_once("test_constant", task, personalised, s, tmp_path_factory)["results"]["final"]
                          for s in SEEDS],
-            "bias_only" if personalised else "head_only": [run_once(partial, task, personalised, s, tmp_path_factory)["results"]["final"]
-                                            for s in SEEDS]}
+            "bias_only" if personalised else "head_only":
+                [run_once(partial, task, personalised, s, tmp_path_factory)["results"]["final"] for s in SEEDS]}
     refs = {k: v for k, v in refs.items() if (method, k) not in EXEMPT}
     return learning_shortfalls(finals, refs, MARGIN)
 
@@ -197,7 +221,13 @@ def _case(method: str, task: str):
 
 @pytest.mark.parametrize("method,task", [_case(m, t) for m, t in LEARN_CASES])
 def test_method_learns(method, task, broken_methods, tmp_path_factory):
-    assert not shortfalls(method, task, tmp_path_factory), "\n".join(shortfalls(method, task, tmp_path_factory))
+    missing = shortfalls(method, task, tmp_path_factory)
+    assert not missing, "\n".join(missing)
+
+
+def test_exemptions_name_registered_methods_and_references():
+    refs = {"untrained", "constant", "head_only", "bias_only"}
+    assert all(m in METHODS.keys() and r in refs for m, r in EXEMPT)
 
 
 def test_order_labels_are_named_by_keyword_order():
