@@ -72,7 +72,7 @@ EXEMPT: dict[tuple[str, str], str] = {
         "ascending order (FedRA Sec. 3.5, step 2) and is scored on the full 12-block model; the paper "
         "relies on a pretrained ViT whose blocks can be skipped (Sec. 4.1), while this backbone is random "
         "init, so its head is trained on features the full model does not produce: head-only gain -0.047 / -0.047 "
-        "at 15 rounds, seed 0 0.487 against head-only 0.520 at 10 rounds x 3 local epochs"),
+        "at 15 rounds, -0.013 / +0.000 with 3 local epochs"),
     ("exclusive", "head_only"): (
         "Fed-HeLLo's Exclusive baseline (Sec. I: 'a significant loss of data from low-capability "
         "clients') trains on the full-capacity tier only (1 of the 4 clients here, a quarter of the "
