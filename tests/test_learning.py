@@ -18,31 +18,30 @@ fails the check. Methods that cannot beat a reference by design: :data:`EXEMPT`.
 Globally evaluated methods run on tiny_text with ``label=order`` (:data:`LEARN_TEXT`): the
 keyword labels of the default config are linearly readable from the frozen random BERT's
 pooled features (FedAvg did not beat head-only there: 5 rounds, seeds 0 / 1: -0.125,
-+0.250), while the order of two keywords needs the attention scores that LoRA on q/v trains. A head on
-frozen features reads the keyword pair, not its order, so head-only tops out near 0.5
-(6 classes): 0.513 / 0.487 at 15 rounds, 0.567 / 0.527 with 3 local epochs.
++0.250), while the order of two keywords needs the attention scores that LoRA on q/v trains.
+A head on frozen features reads the keyword pair, not its order, so head-only tops out near
+0.5 (6 classes): 0.513 / 0.487 at 15 rounds, 0.567 / 0.527 with 3 local epochs.
 
 Budget (:data:`ROUNDS`): 15 rounds, 1 local epoch, 4 clients, ``--roc 1:1:1``. At 5 rounds
 fed_hello_gd_bottleneck / _inverted and fd missed the head-only margin and passed at 15.
-Every registered classification method is checked (:func:`test_method_learns`,
-parametrised over the registry like test_conformance). The default run checks
-:data:`FAST`, one method per family (FedAvg, FedRA, InclusiveFL, the FedLoRA family,
-FedSA-LoRA of 2025; measured: this file's default run
-8 min 51 s on a 2-core machine under load 9, most of it the references); the rest
-are marked slow and run only with ``FEDBENCH_LEARNING_ALL=1`` (measured: 33 methods and the
-references, 42 min on one core of the same machine).
+Every registered classification method is checked (:func:`test_method_learns`, parametrised
+over the registry like test_conformance). The default run checks :data:`FAST`, one method
+per family (FedAvg, FedRA, InclusiveFL, the FedLoRA family, FedSA-LoRA of 2025; measured:
+this file's default run 8 min 51 s on a 2-core machine under load 9, most of it the
+references); the rest are marked slow and run only with ``FEDBENCH_LEARNING_ALL=1``
+(measured: 33 methods and the references, 42 min on one core of the same machine).
 
-Not passing at this budget, and not exempt (head-only gain per seed, 15 rounds): gains
-of a few examples of a 150-example test split (one example = 0.0067), read as too small a
-budget rather than design (no paper reason; see below), not settled: fed_hello +0.067 / +0.033, fed_hello_rgd +0.067 / +0.033,
-fed_hello_gd_triangle +0.020 / +0.080, fed_hello_fim +0.013 / +0.027,
-hetlora +0.027 / +0.040 (rank 1 / 4 / 16 tiers, scaling alpha / r_max), flora +0.053 / +0.013, fed_plora +0.040 / +0.040, fed_sb
-+0.027 / -0.007, hlora +0.033 / +0.013, lora_fair +0.020 / +0.073, raflora +0.020 / +0.047.
-All of them beat untrained and the majority class by >= 0.25 on each seed. With 3 local
-epochs fed_hello reached 0.840 (seed 0, head-only 0.567) and hetlora 0.587 / 0.627 (gain
-+0.020 / +0.100): more local steps is the likely fix, at three times the cost, not yet run
-over the registry. fedra, fedra_fulldepth and exclusive are exempt from the head-only
-margin (:data:`EXEMPT`, with the measurements).
+Not passing at this budget, and not exempt (head-only gain per seed, 15 rounds): gains of a
+few examples of a 150-example test split (one example = 0.0067), read as too small a budget
+rather than design (no paper reason; see below), not settled: fed_hello +0.067 / +0.033,
+fed_hello_rgd +0.067 / +0.033, fed_hello_gd_triangle +0.020 / +0.080, fed_hello_fim +0.013 /
++0.027, hetlora +0.027 / +0.040 (rank 1 / 4 / 16 tiers, scaling alpha / r_max), flora +0.053
+/ +0.013, fed_plora +0.040 / +0.040, fed_sb +0.027 / -0.007, hlora +0.033 / +0.013,
+lora_fair +0.020 / +0.073, raflora +0.020 / +0.047. All of them beat untrained and the
+majority class by >= 0.25 on each seed. With 3 local epochs fed_hello reached 0.840 (seed 0,
+head-only 0.567) and hetlora 0.587 / 0.627 (gain +0.020 / +0.100): more local steps is the
+likely fix, at three times the cost, not yet run over the registry. fedra, fedra_fulldepth
+and exclusive are exempt from the head-only margin (:data:`EXEMPT`, with the measurements).
 """
 
 from __future__ import annotations
