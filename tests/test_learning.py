@@ -18,15 +18,30 @@ fails the check. Methods that cannot beat a reference by design: :data:`EXEMPT`.
 Globally evaluated methods run on tiny_text with ``label=order`` (:data:`LEARN_TEXT`): the
 keyword labels of the default config are linearly readable from the frozen random BERT's
 pooled features (FedAvg did not beat head-only there: 5 rounds, seeds 0 / 1: -0.125,
-+0.250), while the order of two keywords needs the attention that LoRA on q/v trains.
-FedAvg, 5 rounds, seeds 0 / 1: 0.460 / 0.493 against head-only 0.393 / 0.420.
++0.250), while the order of two keywords needs the attention scores that LoRA on q/v trains.
+A head on frozen features reads the keyword pair, not its order, so head-only tops out near
+0.5 (6 classes): 0.513 / 0.487 at 15 rounds, 0.567 / 0.527 with 3 local epochs.
 
+Budget (:data:`ROUNDS`): 15 rounds, 1 local epoch, 4 clients, ``--roc 1:1:1``. At 5 rounds
+fed_hello_gd_bottleneck / _inverted and fd missed the head-only margin and passed at 15.
 Every registered classification method is checked (:func:`test_method_learns`, parametrised
-over the registry like test_conformance). The default run checks :data:`FAST`; the rest
-are marked slow and run only with ``FEDBENCH_LEARNING_ALL=1`` (about 5-20 s a run on one
-core, two seeds each: too slow for the default suite). Not yet passing at this budget
-(5 rounds, 4 clients, 1:1:1): fedra (head-only gain +0.000 / -0.007) and hetlora; whether
-that is budget or design is not settled, so neither is exempt.
+over the registry like test_conformance). The default run checks :data:`FAST`, one method
+per family (FedAvg, FedRA, InclusiveFL, the FedLoRA family, FedSA-LoRA of 2025; measured:
+this file's default run 8 min 51 s on a 2-core machine under load 9, most of it the
+references); the rest are marked slow and run only with ``FEDBENCH_LEARNING_ALL=1``
+(measured: 33 methods and the references, 42 min on one core of the same machine).
+
+Not passing at this budget, and not exempt (head-only gain per seed, 15 rounds): gains of a
+few examples of a 150-example test split (one example = 0.0067), read as too small a budget
+rather than design (no paper reason; see below), not settled: fed_hello +0.067 / +0.033,
+fed_hello_rgd +0.067 / +0.033, fed_hello_gd_triangle +0.020 / +0.080, fed_hello_fim +0.013 /
++0.027, hetlora +0.027 / +0.040 (rank 1 / 4 / 16 tiers, scaling alpha / r_max), flora +0.053
+/ +0.013, fed_plora +0.040 / +0.040, fed_sb +0.027 / -0.007, hlora +0.033 / +0.013,
+lora_fair +0.020 / +0.073, raflora +0.020 / +0.047. All of them beat untrained and the
+majority class by >= 0.25 on each seed. With 3 local epochs fed_hello reached 0.840 (seed 0,
+head-only 0.567) and hetlora 0.587 / 0.627 (gain +0.020 / +0.100): more local steps is the
+likely fix, at three times the cost, not yet run over the registry. fedra, fedra_fulldepth
+and exclusive are exempt from the head-only margin (:data:`EXEMPT`, with the measurements).
 """
 
 from __future__ import annotations
@@ -42,20 +57,41 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.baselines import FedAvg
 from fedbench.methods.base import ClientPlan, LocalPhase
+from fedbench.methods.fedsa_lora import FedSALoRA
 from fedbench.methods.own_model import Standalone
 from fedbench.runners.experiment import Experiment
-from test_conformance import LEARN_CASES, LEARN_DATA, LEARN_ROUNDS, task_config_for
+from test_conformance import LEARN_CASES, LEARN_DATA, task_config_for
 
 #: run seeds every method and reference is run with (paired by seed)
 SEEDS = (0, 1)
+#: rounds of every run (method and reference alike)
+ROUNDS = 15
 #: the least mean (over seeds) accuracy gain over each reference; every seed must gain > 0 too
 MARGIN = 0.05
-#: (method, reference) -> why the method cannot beat that reference by MARGIN here
-EXEMPT: dict[tuple[str, str], str] = {}
+#: (method, reference) -> why the method cannot beat that reference by MARGIN here (it must
+#: still beat the others)
+EXEMPT: dict[tuple[str, str], str] = {
+    ("fedra", "head_only"): (
+        "FedRA puts LoRA only on the last linear layer of each sub-layer, the attention output projection "
+        "and MLP fc2 (FedRA Sec. 3.2, profile proj_fc2), so no layer's query-key scores train, and the "
+        "order labels need them; and it trains each client on a sub-model of c_i random blocks (Sec. 3.5) "
+        "where the paper has a pretrained ViT (Sec. 4.1) and this backbone is random. Head-only gain "
+        "-0.047 / -0.047 at 15 rounds, -0.013 / +0.000 with 3 local epochs, +0.013 (seed 0) with "
+        "lora_targets=qv"),
+    ("fedra_fulldepth", "head_only"): (
+        "FedRA's LoRA placement (Sec. 3.2: attention output projection and MLP fc2) trains no query-key "
+        "scores, which the order labels need: 0.500 / 0.500, head-only gain -0.013 / +0.013 at 15 rounds; "
+        "with lora_targets=qv it reaches 0.627 / 0.593 (+0.113 / +0.107)"),
+    ("exclusive", "head_only"): (
+        "Fed-HeLLo's Exclusive baseline (Sec. I: 'a significant loss of data from low-capability "
+        "clients') trains on the full-capacity tier only (1 of the 4 clients here, a quarter of the "
+        "data) while head-only trains the head on every client: head-only gain -0.080 / "
+        "+0.040 at 15 rounds, -0.013 / +0.047 at 15 rounds x 3 local epochs"),
+}
 #: tiny_text for the globally evaluated methods: labels that need token interactions
 LEARN_TEXT = {"label": "order", "keywords": 2, "n_train": 600, "n_test": 200, "seq_len": 12}
 #: methods checked in the default run (the others: FEDBENCH_LEARNING_ALL=1)
-FAST = ("fedavg", "fed_hello")
+FAST = ("fedavg", "fedra", "inclusivefl", "fedlora", "fedsa_lora")
 
 
 def learn_config(method: str, task: str, personalised: bool) -> dict:
@@ -113,7 +149,18 @@ class BiasOnly(Standalone):
         return (LocalPhase("train", tuple(k for k in self.ctx.part_keys["head"] if k.endswith("bias"))),)
 
 
-BROKEN = {"test_head_only": HeadOnly, "test_constant": Constant, "test_bias_only": BiasOnly}
+class BiasOnlyLoRA(FedSALoRA):
+    """FedSA-LoRA's personalised model training only its private head's bias (no LoRA): the
+    bias-only reference of the personalised methods that run on the LoRA tasks."""
+
+    def local_phases(self, plan: ClientPlan) -> tuple[LocalPhase, ...]:
+        return (LocalPhase("train", tuple(k for k in self.ctx.head_keys if k.endswith("bias"))),)
+
+
+BROKEN = {"test_head_only": HeadOnly, "test_constant": Constant, "test_bias_only": BiasOnly,
+          "test_bias_only_lora": BiasOnlyLoRA}
+#: the bias-only reference of a personalised method, by task (the model family it runs there)
+BIAS_ONLY = {"tiny_vision": "test_bias_only", "tiny_text": "test_bias_only_lora"}
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +181,8 @@ def run_once(method: str, task: str, personalised: bool, seed: int, tmp_path_fac
     a reference is shared by every method of the same task and evaluation)."""
     key = (method, task, personalised, seed)
     if key not in _RUNS:
-        run = dict(rounds=LEARN_ROUNDS, clients=4, per_round=4, roc="1:1:1", seed=seed,
-                   out=str(tmp_path_factory.mktemp("learn")), eval_initial=True, eval_every=LEARN_ROUNDS,
+        run = dict(rounds=ROUNDS, clients=4, per_round=4, roc="1:1:1", seed=seed,
+                   out=str(tmp_path_factory.mktemp("learn")), eval_initial=True, eval_every=ROUNDS,
                    measure_flops=False, setting="2/-" if personalised else "iid")
         rec, _ = Experiment(method, task, run, task_config=learn_config(method, task, personalised)).run()
         assert rec["status"] == "ok", rec["error"]
@@ -148,8 +195,7 @@ def majority_class(task: str, personalised: bool) -> int:
     from fedbench.tasks import TASKS
     from fedbench.config import build_config
     task_cls = TASKS.get(task)
-    method = "test_bias_only" if personalised else "test_constant"
-    cfg = learn_config(method, task, personalised)
+    cfg = learn_config("test_constant", task, personalised)
     labels = task_cls(build_config(task_cls.config_cls, cfg, "task")).load().train_labels
     return int(np.bincount(np.asarray(labels)).argmax())
 
@@ -159,18 +205,18 @@ def shortfalls(method: str, task: str, tmp_path_factory) -> list[str]:
     Constant.majority = majority_class(task, personalised)
     recs = [run_once(method, task, personalised, s, tmp_path_factory) for s in SEEDS]
     finals = [r["results"]["final"] for r in recs]
-    partial = "test_bias_only" if personalised else "test_head_only"
+    partial = BIAS_ONLY[task] if personalised else "test_head_only"
     refs = {"untrained": [r["results"]["initial"]["metric"] for r in recs],
             "constant": [run_once("test_constant", task, personalised, s, tmp_path_factory)["results"]["final"]
                          for s in SEEDS],
-            partial.removeprefix("test_"): [run_once(partial, task, personalised, s, tmp_path_factory)["results"]["final"]
-                                            for s in SEEDS]}
+            "bias_only" if personalised else "head_only":
+                [run_once(partial, task, personalised, s, tmp_path_factory)["results"]["final"] for s in SEEDS]}
     refs = {k: v for k, v in refs.items() if (method, k) not in EXEMPT}
     return learning_shortfalls(finals, refs, MARGIN)
 
 
 @pytest.mark.parametrize("method,task", [("test_head_only", "tiny_text"), ("test_constant", "tiny_text"),
-                                         ("test_bias_only", "tiny_vision")])
+                                         ("test_bias_only", "tiny_vision"), ("test_bias_only_lora", "tiny_text")])
 def test_broken_variants_fail(method, task, broken_methods, tmp_path_factory):
     assert shortfalls(method, task, tmp_path_factory), f"{method} passed the learning check"
 
@@ -184,7 +230,9 @@ def _case(method: str, task: str):
 
 @pytest.mark.parametrize("method,task", [_case(m, t) for m, t in LEARN_CASES])
 def test_method_learns(method, task, broken_methods, tmp_path_factory):
-    assert not shortfalls(method, task, tmp_path_factory), "\n".join(shortfalls(method, task, tmp_path_factory))
+    missing = shortfalls(method, task, tmp_path_factory)
+    assert not missing, "\n".join(missing)
+
 
 
 def test_order_labels_are_named_by_keyword_order():
