@@ -92,7 +92,7 @@ def concat_batches(batches: list[Any]) -> Any:
 
 def _meter(am: AdapterModel, task: Task, method, c: PackedClient, batch: Any, settings: TrainSettings,
            meter: MeterCache, arch: str) -> None:
-    """The figures of ``c``'s first step, as :func:`train_client` gets them: a step of the
+    """The figures of ``c``'s first step, as :func:`~fedbench.runners.train.train_client` gets them: a step of the
     same signature composed before (:attr:`MeterCache.steps`), or one step of ``c`` alone,
     metered (composed from the parts; its update discarded: the group trains its own tensors)."""
     plan, cost = c.job.plan, c.cost
