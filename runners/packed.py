@@ -15,8 +15,9 @@ record: every tensor and loss identical in fp32 on CPU (the same per-client ops,
 layers over more rows; checked by tests/runners/test_packed.py). With dropout each
 client's masks come from its own stream (seeded by its job seed), a valid run of the same
 method but not the same draws as ``local``. The run's identity leaves the executor out,
-as for ``ray``; the record's ``run.runner`` says ``packed``, and :attr:`PackedExecutor.placement`
-(also logged every round) says which clients ran packed and which sequentially.
+as for ``ray``; the record's ``run.runner`` says ``packed``, and its ``run.executor_placement``
+(:meth:`PackedExecutor.placement`, also logged every round) says which clients of each round
+ran packed and which sequentially (``run.executor_clients``: how many client-rounds each).
 """
 
 from __future__ import annotations
@@ -81,12 +82,17 @@ def group_key(arch: str, adapter: str, plan: ClientPlan, lowest: int) -> tuple:
 @EXECUTORS.register("packed", "clients sharing a backbone trained in one forward/backward per step "
                               "(others one after another, as local)")
 class PackedExecutor(LocalExecutor):
-    #: client-rounds by how they ran: {"packed": [(round, client), ...], "sequential": [...]}
-    placement: dict[str, list[tuple[int, int]]]
-
     def __init__(self, worker, worker_spec, data, profiles):
         super().__init__(worker, worker_spec, data, profiles)
-        self.placement = {"packed": [], "sequential": []}
+        #: round -> client -> "packed" | "sequential", as executed
+        self.ran: dict[int, dict[int, str]] = {}
+
+    def placement(self, rnd, clients):
+        ran = self.ran.get(rnd, {})
+        out: dict[str, list[int]] = {"packed": [], "sequential": []}
+        for c in clients:
+            out[ran[c]].append(c)
+        return out
 
     def execute(self, jobs):
         jobs = list(jobs)
@@ -112,7 +118,7 @@ class PackedExecutor(LocalExecutor):
         for i, job in enumerate(jobs):
             if i not in packed:
                 results[i] = worker.run(job, self.step_hook(job))
-            self.placement["packed" if i in packed else "sequential"].append((job.round, job.plan.client))
+            self.ran.setdefault(job.round, {})[job.plan.client] = "packed" if i in packed else "sequential"
         if jobs:
             log.info("round %d: %d clients packed in %d groups, %d sequential", jobs[0].round, len(packed),
                      sum(1 for m in groups.values() if len(m) >= 2), len(jobs) - len(packed))

@@ -111,6 +111,7 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
             updates.append(ClientUpdate(plan.client, res.upload, fed.sizes[plan.client], plan, res.cost.train_loss))
             for cb in loop.callbacks:
                 cb.on_client_end(rnd, res.cost)
+        placement = loop.executor.placement(rnd, [plan.client for plan, _ in entries])
         if rnd == 1 and state.initial_loss is None:
             first = [c.first_loss for c in costs if c.first_loss is not None]
             state.initial_loss = float(np.mean(first)) if first else None
@@ -125,7 +126,7 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
         metric = state.last_eval.value
     losses = [c.train_loss for c in costs if c.train_loss is not None]
     log = RoundLog(rnd, metric, float(np.mean(losses)) if losses else None, sw.seconds,
-                   sum(c.seconds for c in costs), eval_seconds, sampled)
+                   sum(c.seconds for c in costs), eval_seconds, sampled, placement)
     state.logs.append(log)
     stops = [cb.on_round_end(log, state) for cb in loop.callbacks]
     return next((s for s in stops if s is not None), None)

@@ -28,6 +28,8 @@ class RoundLog:
     client_seconds: float  # sum of the clients' local training time
     eval_seconds: float = 0.0
     sampled: list[int] = field(default_factory=list)
+    #: how the round's trained clients ran: {label: clients}, Executor.placement
+    executors: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _eval_dict(e: EvalResult | None) -> dict | None:

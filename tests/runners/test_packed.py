@@ -81,9 +81,24 @@ def test_packed_gives_the_local_record_and_uploads(tmp_path, method):
     assert packed["run"]["runner"] == "packed"
     same_record(local, packed)
     same_results(exp_l, exp_p)
-    placed = exp_p.executor.placement
-    assert len(placed["packed"]) + len(placed["sequential"]) == 2 * 8
-    assert bool(placed["packed"]) == METHODS[method]
+    ran = packed["run"]["executor_clients"]
+    assert ran["packed"] + ran["sequential"] == 2 * 8
+    assert bool(ran["packed"]) == METHODS[method]
+    assert local["run"]["executor_clients"] == {"local": 2 * 8}
+    for placed, sampled in zip(packed["run"]["executor_placement"], packed["run"]["sampled_clients"]):
+        assert sorted(placed["packed"] + placed["sequential"]) == sampled
+
+
+def test_the_record_says_how_each_client_ran(tmp_path):
+    """Every round lists its trained clients under the executor's name (local), or as
+    packed / sequential (packed; the record of a run with both: the parametrised test)."""
+    local, _ = run(tmp_path, "fedavg", "local", {"rounds": 1, "clients": 3, "per_round": 3})
+    assert local["run"]["executor_placement"] == [{"local": [0, 1, 2]}]
+    assert local["run"]["executor_clients"] == {"local": 3}
+    packed, exp = run(tmp_path, "fedavg", "packed", {"rounds": 2, "clients": 4, "per_round": 2})
+    assert packed["run"]["executor_placement"] == [{"packed": s, "sequential": []}
+                                                   for s in packed["run"]["sampled_clients"]]
+    assert packed["run"]["executor_clients"] == {"packed": 4, "sequential": 0}
 
 
 def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
@@ -91,7 +106,7 @@ def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
     run is not local's draw, but it finishes, learns and gives a record of the same shape."""
     local, _ = run(tmp_path, "fed_hello_gd_bottleneck", "local", {"rounds": 3})
     packed, exp = run(tmp_path, "fed_hello_gd_bottleneck", "packed", {"rounds": 3})
-    assert exp.executor.placement["packed"]
+    assert packed["run"]["executor_clients"]["packed"]
     curve = packed["results"]["curve"]
     assert curve[-1]["train_loss"] < exp.state.initial_loss  # the loss before any update
 
