@@ -4,9 +4,11 @@ The round's jobs are read first, then split:
 
 - **packed**: clients whose local training is a plain supervised step (checked from the
   declared hooks and the plan, never from the method's name: :func:`unpackable`) go into
-  groups of the same architecture, LoRA adapter (rank, alpha), blocks and lowest trained
-  layer (:func:`group_key`: backward stops where it would for each alone); each group of
-  two or more trains together (:func:`~fedbench.runners.packed_group.train_group`);
+  groups of the same architecture, LoRA adapter (rank, alpha) and lowest trained layer
+  (:func:`group_key`: backward stops where it would for each alone); each group of two or
+  more trains together (:func:`~fedbench.runners.packed_group.train_group`), on the union of
+  its clients' blocks, each block over the rows of the clients that hold it (sub-model
+  methods: :mod:`fedbench.runners.packed_rows`);
 - **sequential**: every other client (and a group of one) runs through the driver's worker,
   exactly as with ``local``.
 
@@ -33,6 +35,7 @@ from fedbench.methods.base import ClientPlan, LocalPhase, Method
 from fedbench.runners.executor import EXECUTORS, LocalExecutor
 from fedbench.runners.meters import Stopwatch
 from fedbench.runners.packed_group import PackedClient, pack_client, train_group
+from fedbench.runners.packed_rows import union_blocks
 from fedbench.runners.train import adapter_for
 from fedbench.runners.worker import ClientJob, ClientResult
 from fedbench.tasks.base import ClassificationTask, Task
@@ -73,10 +76,10 @@ def lowest_trained(am, trainable: Iterable[str]) -> int:
     return min((j for j, ks in am.layer_keys.items() if keys & set(ks)), default=len(am.layer_keys))
 
 
-def group_key(arch: str, adapter: str, plan: ClientPlan, lowest: int) -> tuple:
-    """Clients with the same key train together: same model (architecture, adapter),
-    same blocks in the forward, same lowest trained layer."""
-    return (arch, adapter, plan.blocks, lowest)
+def group_key(arch: str, adapter: str, lowest: int) -> tuple:
+    """Clients with the same key train together: same model (architecture, adapter), same
+    lowest trained layer (their blocks may differ)."""
+    return (arch, adapter, lowest)
 
 
 @EXECUTORS.register("packed", "clients sharing a backbone trained in one forward/backward per step "
@@ -108,12 +111,12 @@ class PackedExecutor(LocalExecutor):
             kept = set(method.upload_keys(job.plan)) | set(method.private_keys(job.plan))
             if unpackable(method, task, am, job.plan, phases) is None and not am.base_keys(tensors) \
                     and kept <= set(tensors):
-                key = group_key(arch, adapter, job.plan, lowest_trained(am, phases[0].trainable))
+                key = group_key(arch, adapter, lowest_trained(am, phases[0].trainable))
                 groups.setdefault(key, []).append((i, job, adapter, phases[0], tensors))
         packed = {i for members in groups.values() if len(members) >= 2 for i, *_ in members}
         for key, members in groups.items():
             if len(members) >= 2:
-                for i, res in self._run_group(key[0], key[2], members):
+                for i, res in self._run_group(key[0], members):
                     results[i] = res
         for i, job in enumerate(jobs):
             if i not in packed:
@@ -124,9 +127,11 @@ class PackedExecutor(LocalExecutor):
                      sum(1 for m in groups.values() if len(m) >= 2), len(jobs) - len(packed))
         yield from results
 
-    def _run_group(self, arch: str, blocks, members) -> list[tuple[int, ClientResult]]:
+    def _run_group(self, arch: str, members) -> list[tuple[int, ClientResult]]:
         worker, method = self.worker, self.worker.method
         am, task = worker.pool.get(arch), worker.pool.task
+        physical = list(am.bundle.blocks())  # every block, by index (the group runs the union of its clients')
+        blocks = union_blocks([job.plan.blocks for _, job, *_ in members])
         settings = worker.settings
         clients = [pack_client(am, task, worker.pool.data.train, job, tensors, phase, adapter, settings)
                    for _, job, adapter, phase, tensors in members]
@@ -138,13 +143,13 @@ class PackedExecutor(LocalExecutor):
         reset = worker.rss.reset()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(members[0][1].seed)  # any other random draw of the backbone (none in the tests' models)
-            with am.subset_blocks(blocks), Stopwatch(device) as sw:
+            with Stopwatch(device) as sw:
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(device)
                 am.set_trainable([])
                 am.model.zero_grad(set_to_none=True)
                 am.model.train()
-                train_group(am, task, method, clients, settings, worker.meter, arch, heads, on_step)
+                train_group(am, task, method, clients, settings, worker.meter, arch, heads, physical, on_step)
                 am.model.eval()
                 peak = None
                 if device.type == "cuda":

@@ -3,9 +3,10 @@
 With LoRA dropout 0 (tiny_text's BERT has no dropout of its own) every uploaded tensor,
 private state, loss and cost figure but time is identical in fp32 on CPU: each client's
 rows meet exactly its own LoRA and head tensors through the same per-client operations
-as sequentially (bmm over equally long batches computes each client's product with the
-same kernel as mm here; a shorter last batch takes one linear per client), and only the
-frozen base layers run over more rows, which leaves every row's result unchanged.
+as sequentially (one linear per client on its rows, the shapes peft uses alone), and only
+the frozen base layers run over more rows, which leaves every row's result unchanged. The
+runs have three tiers (roc 1:1:1): sub-model methods give clients different block sets
+(each block runs over its holders' rows), rank methods different adapters.
 """
 
 import pytest
@@ -19,7 +20,7 @@ from smoke import SMALL_TASK_CONFIGS
 # 8 clients of 20 examples at batch 8: batches of 8, 8, 4 (a short last batch), 2 local epochs, at most
 # 5 steps (the second epoch stops early)
 NO_DROPOUT = {"lora_dropout": 0.0}
-RUN = dict(rounds=2, clients=8, per_round=8, batch_size=8, local_epochs=2, max_steps=5, eval_every=1)
+RUN = dict(rounds=2, clients=8, per_round=8, batch_size=8, local_epochs=2, max_steps=5, eval_every=1, roc="1:1:1")
 
 
 class Tee(Experiment):
@@ -68,10 +69,12 @@ def same_results(a: Experiment, b: Experiment):
             assert getattr(ca, f) == getattr(cb, f), (key, f)
 
 
-# method -> whether some of its clients train packed (hetlora's rank regulariser is a
-# client loss of its own: its clients run sequentially, still the same record)
+# method -> whether some of its clients train packed (hetlora's rank regulariser and depthfl's
+# multi-exit distillation are client losses of their own: their clients run sequentially,
+# still the same record)
 METHODS = {"fedavg": True, "fed_hello_fim": True, "fed_hello_rgd": True, "fed_hello_gd_bottleneck": True,
-           "straggler": True, "hetlora": False, "flexlora": True, "fedra": True, "inclusivefl": True}
+           "straggler": True, "hetlora": False, "flexlora": True, "fedra": True, "fedra_fulldepth": True,
+           "inclusivefl": True, "all_small": True, "depthfl": False}
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -116,8 +119,8 @@ def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
 
 
 def test_router_gives_each_client_its_own_lora_and_head():
-    """Rows 0-1 are client 0's, row 2 client 1's (unequal: one linear per client), then
-    two equal halves (bmm): each row's update is (alpha / r) B_k A_k x with its own k."""
+    """Rows 0-1 are client 0's, row 2 client 1's, then one row each: each row's update is
+    (alpha / r) B_k A_k x with its own k."""
     from fedbench.runners.packed_route import RowClient, Router
 
     a0, b0 = torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0], [0.0]])  # A (r=1, d=2), B (d=2, r=1)
@@ -131,3 +134,38 @@ def test_router_gives_each_client_its_own_lora_and_head():
     assert torch.equal(uneven.head("h", x), torch.tensor([[1 + 2 + 0.5], [3 + 4 + 0.5], [5 - 6 + 0.0]]))
     even = Router([RowClient(t0, None), RowClient(t1, None)], [1, 1])
     assert torch.equal(even.lora_delta("m", x[:2], 0.5, 0.0), torch.tensor([[1 * 2 * 0.5, 0.0], [0.0, 4 * 3 * 0.5]]))
+
+
+def test_block_rows_and_gathering_keep_a_skipped_block_s_rows():
+    """Client 0 (rows 0-1) holds blocks 0 and 2, client 1 (row 2) blocks 0 and 1: block 0
+    runs over every row, block 1 over row 2 only, block 2 over rows 0-1 only; the rows of a
+    client that skips a block come out of it unchanged."""
+    from torch import nn
+
+    from fedbench.runners.packed_route import RowClient, Router
+    from fedbench.runners.packed_rows import block_rows, gathered, union_blocks
+
+    layout = block_rows([(0, 2), (0, 1)], [2, 1], 3)
+    assert layout[0] == ([0, 1], None)
+    assert layout[1][0] == [1] and layout[1][1].tolist() == [2]
+    assert layout[2][0] == [0] and layout[2][1].tolist() == [0, 1]
+    assert union_blocks([(0, 2), (0, 1)]) == (0, 1, 2) and union_blocks([(1,), None]) is None
+
+    class Add(nn.Module):
+        def __init__(self, v):
+            super().__init__()
+            self.v = v
+
+        def forward(self, x, mask):  # mask: one row per row of x (gathered with it)
+            return x * 10 + self.v + mask
+    blocks = [Add(1.0), Add(2.0), Add(3.0)]
+    x, mask = torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([[0.1], [0.2], [0.3]])
+    router = Router([RowClient({}, None), RowClient({}, None)], [2, 1])
+    with gathered(blocks, layout, router):
+        h = x
+        for b in blocks:
+            h = b(h, mask)
+    one = lambda x, v, m: x * 10 + v + m  # noqa: E731
+    assert torch.equal(h, torch.tensor([[one(one(1.0, 1.0, 0.1), 3.0, 0.1)], [one(one(2.0, 1.0, 0.2), 3.0, 0.2)],
+                                        [one(one(3.0, 1.0, 0.3), 2.0, 0.3)]]))
+    assert "forward" not in blocks[1].__dict__  # the class's forward again
