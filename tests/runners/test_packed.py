@@ -39,9 +39,9 @@ class Tee(Experiment):
         return executor
 
 
-def run(tmp_path, method, executor, run_cfg=None, method_cfg=None):
-    exp = Tee(method, "tiny_text", {**RUN, **(run_cfg or {}), "out": str(tmp_path / executor), "executor": executor},
-              method_config=method_cfg or {}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
+def run(tmp_path, method, executor, run_cfg=None, method_cfg=None, task="tiny_text"):
+    exp = Tee(method, task, {**RUN, **(run_cfg or {}), "out": str(tmp_path / executor), "executor": executor},
+              method_config=method_cfg or {}, task_config=SMALL_TASK_CONFIGS[task])
     rec, _ = exp.run()
     assert rec["status"] == "ok", rec["error"]
     return rec, exp
@@ -102,6 +102,17 @@ def test_the_record_says_how_each_client_ran(tmp_path):
     assert packed["run"]["executor_placement"] == [{"packed": s, "sequential": []}
                                                    for s in packed["run"]["sampled_clients"]]
     assert packed["run"]["executor_clients"] == {"packed": 4, "sequential": 0}
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedra"])
+def test_packed_gives_the_local_record_on_the_tiny_vit(tmp_path, method):
+    """tiny_vision's ViT (timm blocks in an nn.Sequential, no dropout): the same record and
+    uploads; fedra's clients of different block sets pack (the gathered rows of a block)."""
+    local, exp_l = run(tmp_path, method, "local", method_cfg=NO_DROPOUT, task="tiny_vision")
+    packed, exp_p = run(tmp_path, method, "packed", method_cfg=NO_DROPOUT, task="tiny_vision")
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
+    assert packed["run"]["executor_clients"]["packed"] > 0
 
 
 def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
