@@ -14,9 +14,13 @@ The round's jobs are read first, then split:
 
 With LoRA dropout 0 (and a backbone without dropout) a packed run gives the ``local``
 record: every tensor and loss identical in fp32 on CPU (the same per-client ops, the base
-layers over more rows; checked by tests/runners/test_packed.py). With dropout each
-client's masks come from its own stream (seeded by its job seed), a valid run of the same
-method but not the same draws as ``local``. The run's identity leaves the executor out,
+layers over more rows; checked by tests/runners/test_packed.py on tiny_text and tiny_vision),
+except where a task trims each batch to its longest sequence (``ledgar``): a packed batch
+is trimmed to the group's longest, so a client with shorter texts gets extra columns of
+attention mask 0, which changes its results only by the order of float sums (last bits:
+the MiniLM test there). With LoRA dropout each client's masks come from its own stream
+(seeded by its job seed), and a backbone's own dropout (MiniLM's, 0.1) draws over the
+packed rows: a valid run of the same method, not the same draws as ``local``. The run's identity leaves the executor out,
 as for ``ray``; the record's ``run.runner`` says ``packed``, and its ``run.executor_placement``
 (:meth:`PackedExecutor.placement`, also logged every round) says which clients of each round
 ran packed and which sequentially (``run.executor_clients``: how many client-rounds each).
