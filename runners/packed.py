@@ -80,6 +80,16 @@ def lowest_trained(am, trainable: Iterable[str]) -> int:
     return min((j for j, ks in am.layer_keys.items() if keys & set(ks)), default=len(am.layer_keys))
 
 
+def time_shares(clients: list[PackedClient]) -> list[float]:
+    """Each client's share of its group's measured time: its FLOPs over the group's (the
+    meter's figures: a client that skips blocks or stops backward higher costs less, as
+    alone), or its steps over the group's where a client has no FLOP figure."""
+    flops = [c.cost.flops_total for c in clients]
+    weights = flops if all(f > 0 for f in flops) else [float(c.cost.steps) for c in clients]
+    total = sum(weights)
+    return [w / total if total else 0.0 for w in weights]
+
+
 def group_key(arch: str, adapter: str, lowest: int) -> tuple:
     """Clients with the same key train together: same model (architecture, adapter), same
     lowest trained layer (their blocks may differ)."""
@@ -161,10 +171,10 @@ class PackedExecutor(LocalExecutor):
                         b for j, b in am.block_bytes.items() if j not in set(blocks))
                     peak = int(torch.cuda.max_memory_allocated(device)) - inactive
         rss = worker.rss.read() if reset else None
-        steps = sum(c.cost.steps for c in clients)
+        shares = time_shares(clients)
         out = []
-        for (i, job, *_), c in zip(members, clients):
-            out.append((i, self._result(c, sw.seconds * c.cost.steps / max(steps, 1), peak, rss)))
+        for (i, job, *_), c, share in zip(members, clients, shares):
+            out.append((i, self._result(c, sw.seconds * share, peak, rss)))
         return out
 
     def _result(self, c: PackedClient, seconds: float, peak: int | None, rss: int | None) -> ClientResult:

@@ -45,8 +45,9 @@ class PackedClient:
     """One client of a packed group: its job, its tensors (trainable leaves for what its
     phase trains, constants for the rest), optimizer, batches and cost.
 
-    ``cost.seconds`` is the group's measured time shared out by steps (the clients' steps
-    run together); on CUDA ``cost.cuda_peak_bytes`` is the group's peak."""
+    ``cost.seconds`` is the group's measured time shared out by FLOPs (the clients' steps
+    run together: :func:`~fedbench.runners.packed.time_shares`); on CUDA
+    ``cost.cuda_peak_bytes`` is the group's peak."""
 
     job: ClientJob
     adapter: str

@@ -233,3 +233,15 @@ def test_packed_minilm_on_licenses_equals_local_up_to_padding(tmp_path, monkeypa
         for k in ra.upload:
             torch.testing.assert_close(rb.upload[k], ra.upload[k], rtol=1e-5, atol=1e-8, msg=f"{key} {k}")
         assert rb.cost.train_loss == pytest.approx(ra.cost.train_loss, rel=1e-6)
+
+
+def test_time_shares_follow_flops_else_steps():
+    """A group's time goes to its clients by FLOPs (3 : 1), by steps (2 : 2) when one has none."""
+    from types import SimpleNamespace
+
+    from fedbench.runners.packed import time_shares
+
+    def client(flops, steps):
+        return SimpleNamespace(cost=SimpleNamespace(flops_total=flops, steps=steps))
+    assert time_shares([client(3e9, 2), client(1e9, 2)]) == [3e9 / (3e9 + 1e9), 1e9 / (3e9 + 1e9)]
+    assert time_shares([client(3e9, 2), client(0.0, 2)]) == [2 / 4, 2 / 4]
