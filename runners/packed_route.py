@@ -4,14 +4,13 @@ One forward of the shared frozen backbone over the rows of K clients' batches, l
 client after client (client k owns rows ``offsets[k]:offsets[k + 1]``). Inside every peft
 LoRA layer the base layer runs once over all rows; the LoRA update of each client's rows
 uses that client's tensors (Hu et al. 2021, LoRA, eq. 3: ``h = W0 x + (alpha / r) B A x``):
-
 one ``linear(linear(x_k, A_k), B_k) * scaling`` per client on its rows ``x_k``, the ops
 peft's LoRA layer runs for that client alone, on the same shapes, so the same values (a
 ``bmm`` over the clients' rows stacked as (K, rows, d_in) is not: for some ranks its kernel
 sums in another order than ``mm`` and the results differ in the last bits).
 
-Each client's rows see exactly its own A_k, B_k, and a gradient reaches
-A_k, B_k only from its own rows. The head layers (``nn.Linear``) run per client on its rows.
+Each client's rows see exactly its own A_k, B_k, and a gradient reaches A_k, B_k only from
+its own rows. The head layers (``nn.Linear``) run per client on its rows.
 LoRA dropout, where the adapter has one, draws each client's mask from the client's own
 ``torch.Generator``.
 
