@@ -95,7 +95,7 @@ def concat_batches(batches: list[Any]) -> Any:
 
 def _meter(am: AdapterModel, task: Task, method, c: PackedClient, batch: Any, settings: TrainSettings,
            meter: MeterCache, arch: str) -> None:
-    """The figures of ``c``'s first step, as :func:`train_client` gets them: reused from the
+    """The figures of ``c``'s first step, as :func:`~fedbench.runners.train.train_client` gets them: reused from the
     cache, or measured on ``c`` alone (its update discarded: the group trains its own tensors)."""
     plan, cost = c.job.plan, c.cost
     key = meter_key((arch, c.adapter), c.phase, plan, batch)
