@@ -7,8 +7,9 @@ measures the meter's steps), so a client-step is one local step of one client:
     client-steps/s = (sum of the round's client steps) / (seconds the executor took)
 
 Per tier, s/step = the tier's client seconds / its client steps (packed: a group's measured
-time shared out by steps; a method whose tiers train from different lowest layers shows
-whether packing keeps the layer-skip savings: the tiers' ratios should follow local's).
+time shared out by the clients' FLOPs, ``runners.packed.time_shares``; a method whose tiers
+train different layers shows whether packing keeps the layer-skip savings: the tiers'
+ratios should follow local's).
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python benchmarks/packed.py                 # tiny_text
     python benchmarks/packed.py --model minilm-l6 --data /work/shared/data/licenses  # MiniLM (ledgar task)

@@ -141,6 +141,10 @@ _SCHEMA = _Obj({
         "client_sizes": _Opt(_ListOf(INT)),
         "client_archs": _Opt(_MapOf(STR)),  # client -> architecture of its model (per-client models)
         "sampled_clients": _Opt(_ListOf(_ListOf(INT))),  # per round, the clients sampled
+        # per round, how its trained clients ran, {label: clients} (Executor.placement: the executor's
+        # name, or for ``packed`` "packed" / "sequential"), and the client-rounds per label over the run
+        "executor_placement": _Opt(_ListOf(_MapOf(_ListOf(INT)))),
+        "executor_clients": _Opt(_MapOf(INT)),
         "method_layout": _Opt(DICT),  # Method.layout(): e.g. DepthFL's exits_after_blocks (1-based)
         # run.save_model: the files saved beside the record, relative to its folder (runners/saving.py):
         # the global LoRA + head as a peft adapter folder, the other global tensors (safetensors),

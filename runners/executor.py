@@ -9,12 +9,13 @@ in :data:`EXECUTORS` (``ray``: :mod:`fedbench.runners.ray_executor`) and are cho
 method by name, and every one gives the same record: each job carries its own seed.
 The round loop hands an executor a :data:`StepListener` (``listen``): ``local`` tells it
 of every local step of its clients; an executor whose clients train in other processes
-may ignore it (the live view then moves per client).
+may ignore it (the live view then moves per client). After a round's jobs the loop asks
+``placement``: how each trained client ran (the record's ``run.executor_placement``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from fedbench.registry import Registry
 from fedbench.runners.train import StepHook
@@ -52,6 +53,13 @@ class Executor:
         """Evaluate ``jobs`` (an iterator: one client's state at a time), results in order."""
         raise NotImplementedError
 
+    def placement(self, rnd: int, clients: Sequence[int]) -> dict[str, list[int]]:
+        """{how they ran: clients} for ``clients``, the clients of round ``rnd`` this
+        executor has just trained (job order). Default: all of them under the name the
+        executor is registered as; an executor that runs clients in several ways (``packed``)
+        says which ran how."""
+        return {registered_name(type(self)): list(clients)}
+
     def meter_counts(self) -> tuple[int, int]:
         """(step shapes measured, measurements reused) by the workers so far."""
         m = self.worker.meter
@@ -59,6 +67,12 @@ class Executor:
 
     def close(self) -> None:
         pass
+
+
+def registered_name(cls: type) -> str:
+    """The key ``cls`` (or the nearest registered class it derives from) has in :data:`EXECUTORS`."""
+    keys = {e.obj: e.key for e in EXECUTORS.entries()}
+    return next((keys[c] for c in cls.__mro__ if c in keys), cls.__name__)
 
 
 @EXECUTORS.register("local", "clients one after another in this process, one model per architecture")
@@ -78,4 +92,4 @@ class LocalExecutor(Executor):
         return lambda step, steps: listener(job.round, job.plan.client, step, steps)
 
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "StepListener"]
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "StepListener", "registered_name"]

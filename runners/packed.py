@@ -4,19 +4,26 @@ The round's jobs are read first, then split:
 
 - **packed**: clients whose local training is a plain supervised step (checked from the
   declared hooks and the plan, never from the method's name: :func:`unpackable`) go into
-  groups of the same architecture, LoRA adapter (rank, alpha), blocks and lowest trained
-  layer (:func:`group_key`: backward stops where it would for each alone); each group of
-  two or more trains together (:func:`~fedbench.runners.packed_group.train_group`);
+  groups of the same architecture, LoRA adapter (rank, alpha) and lowest trained layer
+  (:func:`group_key`: backward stops where it would for each alone); each group of two or
+  more trains together (:func:`~fedbench.runners.packed_group.train_group`), on the union of
+  its clients' blocks, each block over the rows of the clients that hold it (sub-model
+  methods: :mod:`fedbench.runners.packed_rows`);
 - **sequential**: every other client (and a group of one) runs through the driver's worker,
   exactly as with ``local``.
 
 With LoRA dropout 0 (and a backbone without dropout) a packed run gives the ``local``
 record: every tensor and loss identical in fp32 on CPU (the same per-client ops, the base
-layers over more rows; checked by tests/runners/test_packed.py). With dropout each
-client's masks come from its own stream (seeded by its job seed), a valid run of the same
-method but not the same draws as ``local``. The run's identity leaves the executor out,
-as for ``ray``; the record's ``run.runner`` says ``packed``, and :attr:`PackedExecutor.placement`
-(also logged every round) says which clients ran packed and which sequentially.
+layers over more rows; checked by tests/runners/test_packed.py on tiny_text and tiny_vision),
+except where a task trims each batch to its longest sequence (``ledgar``): a packed batch
+is trimmed to the group's longest, so a client with shorter texts gets extra columns of
+attention mask 0, which changes its results only by the order of float sums (last bits:
+the MiniLM test there). With LoRA dropout each client's masks come from its own stream
+(seeded by its job seed), and a backbone's own dropout (MiniLM's, 0.1) draws over the
+packed rows: a valid run of the same method, not the same draws as ``local``. The run's identity leaves the executor out,
+as for ``ray``; the record's ``run.runner`` says ``packed``, and its ``run.executor_placement``
+(:meth:`PackedExecutor.placement`, also logged every round) says which clients of each round
+ran packed and which sequentially (``run.executor_clients``: how many client-rounds each).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from fedbench.methods.base import ClientPlan, LocalPhase, Method
 from fedbench.runners.executor import EXECUTORS, LocalExecutor
 from fedbench.runners.meters import Stopwatch
 from fedbench.runners.packed_group import PackedClient, pack_client, train_group
+from fedbench.runners.packed_rows import union_blocks
 from fedbench.runners.train import adapter_for
 from fedbench.runners.worker import ClientJob, ClientResult
 from fedbench.tasks.base import ClassificationTask, Task
@@ -72,21 +80,36 @@ def lowest_trained(am, trainable: Iterable[str]) -> int:
     return min((j for j, ks in am.layer_keys.items() if keys & set(ks)), default=len(am.layer_keys))
 
 
-def group_key(arch: str, adapter: str, plan: ClientPlan, lowest: int) -> tuple:
-    """Clients with the same key train together: same model (architecture, adapter),
-    same blocks in the forward, same lowest trained layer."""
-    return (arch, adapter, plan.blocks, lowest)
+def time_shares(clients: list[PackedClient]) -> list[float]:
+    """Each client's share of its group's measured time: its FLOPs over the group's (the
+    meter's figures: a client that skips blocks or stops backward higher costs less, as
+    alone), or its steps over the group's where a client has no FLOP figure."""
+    flops = [c.cost.flops_total for c in clients]
+    weights = flops if all(f > 0 for f in flops) else [float(c.cost.steps) for c in clients]
+    total = sum(weights)
+    return [w / total if total else 0.0 for w in weights]
+
+
+def group_key(arch: str, adapter: str, lowest: int) -> tuple:
+    """Clients with the same key train together: same model (architecture, adapter), same
+    lowest trained layer (their blocks may differ)."""
+    return (arch, adapter, lowest)
 
 
 @EXECUTORS.register("packed", "clients sharing a backbone trained in one forward/backward per step "
                               "(others one after another, as local)")
 class PackedExecutor(LocalExecutor):
-    #: client-rounds by how they ran: {"packed": [(round, client), ...], "sequential": [...]}
-    placement: dict[str, list[tuple[int, int]]]
-
     def __init__(self, worker, worker_spec, data, profiles):
         super().__init__(worker, worker_spec, data, profiles)
-        self.placement = {"packed": [], "sequential": []}
+        #: round -> client -> "packed" | "sequential", as executed
+        self.ran: dict[int, dict[int, str]] = {}
+
+    def placement(self, rnd, clients):
+        ran = self.ran.get(rnd, {})
+        out: dict[str, list[int]] = {"packed": [], "sequential": []}
+        for c in clients:
+            out[ran[c]].append(c)
+        return out
 
     def execute(self, jobs):
         jobs = list(jobs)
@@ -102,25 +125,27 @@ class PackedExecutor(LocalExecutor):
             kept = set(method.upload_keys(job.plan)) | set(method.private_keys(job.plan))
             if unpackable(method, task, am, job.plan, phases) is None and not am.base_keys(tensors) \
                     and kept <= set(tensors):
-                key = group_key(arch, adapter, job.plan, lowest_trained(am, phases[0].trainable))
+                key = group_key(arch, adapter, lowest_trained(am, phases[0].trainable))
                 groups.setdefault(key, []).append((i, job, adapter, phases[0], tensors))
         packed = {i for members in groups.values() if len(members) >= 2 for i, *_ in members}
         for key, members in groups.items():
             if len(members) >= 2:
-                for i, res in self._run_group(key[0], key[2], members):
+                for i, res in self._run_group(key[0], members):
                     results[i] = res
         for i, job in enumerate(jobs):
             if i not in packed:
                 results[i] = worker.run(job, self.step_hook(job))
-            self.placement["packed" if i in packed else "sequential"].append((job.round, job.plan.client))
+            self.ran.setdefault(job.round, {})[job.plan.client] = "packed" if i in packed else "sequential"
         if jobs:
             log.info("round %d: %d clients packed in %d groups, %d sequential", jobs[0].round, len(packed),
                      sum(1 for m in groups.values() if len(m) >= 2), len(jobs) - len(packed))
         yield from results
 
-    def _run_group(self, arch: str, blocks, members) -> list[tuple[int, ClientResult]]:
+    def _run_group(self, arch: str, members) -> list[tuple[int, ClientResult]]:
         worker, method = self.worker, self.worker.method
         am, task = worker.pool.get(arch), worker.pool.task
+        physical = list(am.bundle.blocks())  # every block, by index (the group runs the union of its clients')
+        blocks = union_blocks([job.plan.blocks for _, job, *_ in members])
         settings = worker.settings
         clients = [pack_client(am, task, worker.pool.data.train, job, tensors, phase, adapter, settings)
                    for _, job, adapter, phase, tensors in members]
@@ -132,13 +157,13 @@ class PackedExecutor(LocalExecutor):
         reset = worker.rss.reset()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(members[0][1].seed)  # any other random draw of the backbone (none in the tests' models)
-            with am.subset_blocks(blocks), Stopwatch(device) as sw:
+            with Stopwatch(device) as sw:
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(device)
                 am.set_trainable([])
                 am.model.zero_grad(set_to_none=True)
                 am.model.train()
-                train_group(am, task, method, clients, settings, worker.meter, arch, heads, on_step)
+                train_group(am, task, method, clients, settings, worker.meter, arch, heads, physical, on_step)
                 am.model.eval()
                 peak = None
                 if device.type == "cuda":
@@ -146,10 +171,10 @@ class PackedExecutor(LocalExecutor):
                         b for j, b in am.block_bytes.items() if j not in set(blocks))
                     peak = int(torch.cuda.max_memory_allocated(device)) - inactive
         rss = worker.rss.read() if reset else None
-        steps = sum(c.cost.steps for c in clients)
+        shares = time_shares(clients)
         out = []
-        for (i, job, *_), c in zip(members, clients):
-            out.append((i, self._result(c, sw.seconds * c.cost.steps / max(steps, 1), peak, rss)))
+        for (i, job, *_), c, share in zip(members, clients, shares):
+            out.append((i, self._result(c, sw.seconds * share, peak, rss)))
         return out
 
     def _result(self, c: PackedClient, seconds: float, peak: int | None, rss: int | None) -> ClientResult:

@@ -1,8 +1,8 @@
 """Training of one packed group: several clients' local phase in one forward/backward per step.
 
-The group's clients share an architecture, a LoRA adapter (rank and alpha), the blocks of
-their forward and the lowest layer they train (so backward stops where it does for each of
-them alone). Every step takes each active client's next batch (a client whose batches are
+The group's clients share an architecture, a LoRA adapter (rank and alpha) and the lowest
+layer they train (so backward stops where it does for each of them alone); their blocks may
+differ (each block runs over the rows of the clients that hold it: :mod:`fedbench.runners.packed_rows`). Every step takes each active client's next batch (a client whose batches are
 done drops out: unequal step counts), concatenates them, runs the shared frozen backbone
 once with each client's rows routed to its own LoRA and head
 (:mod:`fedbench.runners.packed_route`), and minimises the sum of the clients' mean losses:
@@ -20,9 +20,10 @@ group's measured ones (see :class:`PackedClient`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from fedbench.methods.base import LocalPhase
 from fedbench.runners.adapters import AdapterModel
 from fedbench.runners.meters import ClientCost
 from fedbench.runners.packed_route import RowClient, Router, lora_paths, routed
+from fedbench.runners.packed_rows import block_rows, gathered, union_blocks
 from fedbench.runners.train import (MeterCache, NonFiniteLoss, TrainSettings, make_optimizer, measure_step,
                                     meter_key, phase_batches, planned_steps)
 from fedbench.runners.worker import ClientJob
@@ -43,8 +45,9 @@ class PackedClient:
     """One client of a packed group: its job, its tensors (trainable leaves for what its
     phase trains, constants for the rest), optimizer, batches and cost.
 
-    ``cost.seconds`` is the group's measured time shared out by steps (the clients' steps
-    run together); on CUDA ``cost.cuda_peak_bytes`` is the group's peak."""
+    ``cost.seconds`` is the group's measured time shared out by FLOPs (the clients' steps
+    run together: :func:`~fedbench.runners.packed.time_shares`); on CUDA
+    ``cost.cuda_peak_bytes`` is the group's peak."""
 
     job: ClientJob
     adapter: str
@@ -92,8 +95,8 @@ def concat_batches(batches: list[Any]) -> Any:
 
 def _meter(am: AdapterModel, task: Task, method, c: PackedClient, batch: Any, settings: TrainSettings,
            meter: MeterCache, arch: str) -> None:
-    """The figures of ``c``'s first step, as :func:`~fedbench.runners.train.train_client` gets them: a step of the
-    same signature composed before (:attr:`MeterCache.steps`), or one step of ``c`` alone,
+    """The figures of ``c``'s first step, as :func:`~fedbench.runners.train.train_client` gets them:
+    a step of the same signature composed before (:attr:`MeterCache.steps`), or one step of ``c`` alone,
     metered (composed from the parts; its update discarded: the group trains its own tensors)."""
     plan, cost = c.job.plan, c.cost
     key = meter_key((arch, c.adapter), c.phase, plan, batch, settings.precision)
@@ -113,38 +116,56 @@ def _meter(am: AdapterModel, task: Task, method, c: PackedClient, batch: Any, se
     cost.first_batch = _rows(batch)
 
 
-def lora_layout(am: AdapterModel, adapter: str) -> dict[str, tuple[float, float]]:
-    """{LoRA module path: (scaling, dropout p)} of ``adapter`` in every adapter layer."""
+def lora_layout(am: AdapterModel, adapter: str) -> dict[str, tuple[torch.nn.Module, float, float]]:
+    """{LoRA module path: (module, scaling, dropout p)} of ``adapter`` in every adapter layer
+    (resolved on the whole model: call it outside ``subset_blocks``)."""
     out = {}
     for paths in lora_paths(am.layer_keys).values():
         for path in paths:
             module = am.model.get_submodule(path)
             drop = module.lora_dropout[adapter]
-            out[path] = (float(module.scaling[adapter]), float(drop.p) if isinstance(drop, torch.nn.Dropout) else 0.0)
+            out[path] = (module, float(module.scaling[adapter]),
+                         float(drop.p) if isinstance(drop, torch.nn.Dropout) else 0.0)
     return out
 
 
 def train_group(am: AdapterModel, task: Task, method, clients: list[PackedClient], settings: TrainSettings,
-                meter: MeterCache | None, arch: str, head_paths: list[str],
+                meter: MeterCache | None, arch: str, head_paths: list[str], physical: Sequence[torch.nn.Module],
                 on_step: Callable[[PackedClient], None] | None = None) -> None:
-    """Train ``clients`` (one group: same adapter and blocks) together until each has run
-    its batches; each one's losses, steps and meter figures land in its own cost."""
+    """Train ``clients`` (one group: same adapter and lowest trained layer) together until
+    each has run its batches; each one's losses, steps and meter figures land in its own
+    cost. The model runs the union of their blocks (``physical``: the whole model's blocks,
+    by index; called with the whole model); a block runs over the rows of the clients that
+    hold it (:mod:`fedbench.runners.packed_rows`)."""
     layout = lora_layout(am, clients[0].adapter)
+    heads = {p: am.model.get_submodule(p) for p in head_paths}
+    for c in clients:  # the meter measures each client alone on its own blocks, before its first step
+        first = next(c.batches, None)
+        if first is not None:
+            if meter is not None:
+                _meter(am, task, method, c, first, settings, meter, arch)
+            c.batches = itertools.chain([first], c.batches)
+    am.model.train()
+    with am.subset_blocks(union_blocks([c.job.plan.blocks for c in clients])):
+        _steps(am.model, task, clients, settings, layout, heads, physical, on_step)
+
+
+def _steps(model: torch.nn.Module, task: Task, clients: list[PackedClient], settings: TrainSettings, layout, heads,
+           physical: Sequence[torch.nn.Module], on_step: Callable[[PackedClient], None] | None) -> None:
+    """The group's steps: each a forward over the active clients' concatenated batches and
+    one backward of the sum of their mean losses, then each client's own optimizer step."""
     active = list(clients)
     while active:
         step = [(c, b) for c in active for b in [next(c.batches, None)] if b is not None]
         active = [c for c, _ in step]
         if not step:
             break
-        if meter is not None:
-            for c, b in step:
-                if c.cost.steps == 0:
-                    _meter(am, task, method, c, b, settings, meter, arch)
         sizes = [_rows(b) for _, b in step]
         router = Router([RowClient(c.tensors, c.generator) for c in active], sizes)
+        rows = block_rows([c.job.plan.blocks for c in active], sizes, len(physical))
         batch = concat_batches([b for _, b in step])
-        with routed(am.model, router, layout, head_paths):
-            logits = task.forward(am.model, batch)  # (sum of rows, n_classes), client after client
+        with routed(router, layout, heads), gathered(physical, rows, router):
+            logits = task.forward(model, batch)  # (sum of rows, n_classes), client after client
         total = None
         for (c, b), lo, n in zip(step, [sum(sizes[:i]) for i in range(len(sizes))], sizes):
             loss = F.cross_entropy(logits[lo:lo + n], b["y"])  # ClassificationTask.loss on the client's rows

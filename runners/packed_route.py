@@ -4,16 +4,17 @@ One forward of the shared frozen backbone over the rows of K clients' batches, l
 client after client (client k owns rows ``offsets[k]:offsets[k + 1]``). Inside every peft
 LoRA layer the base layer runs once over all rows; the LoRA update of each client's rows
 uses that client's tensors (Hu et al. 2021, LoRA, eq. 3: ``h = W0 x + (alpha / r) B A x``):
+one ``linear(linear(x_k, A_k), B_k) * scaling`` per client on its rows ``x_k``, the ops
+peft's LoRA layer runs for that client alone, on the same shapes, so the same values (a
+``bmm`` over the clients' rows stacked as (K, rows, d_in) is not: for some ranks its kernel
+sums in another order than ``mm`` and the results differ in the last bits).
 
-- equal row counts: ``bmm(bmm(x, A^T), B^T) * scaling`` over x viewed as (K, rows, d_in)
-  and A, B stacked per client, (K, r, d_in) and (K, d_out, r);
-- unequal row counts (a client's last, shorter batch): one ``linear(linear(x_k, A_k), B_k)``
-  per client, no padding rows.
-
-Either way each client's rows see exactly its own A_k, B_k, and a gradient reaches
-A_k, B_k only from its own rows. The head layers (``nn.Linear``) run per client on its rows.
+Each client's rows see exactly its own A_k, B_k, and a gradient reaches A_k, B_k only from
+its own rows. The head layers (``nn.Linear``) run per client on its rows.
 LoRA dropout, where the adapter has one, draws each client's mask from the client's own
 ``torch.Generator``.
+
+In a block that only some clients hold, only their rows are present (:meth:`Router.within`).
 
 While :func:`routed` is active the LoRA layers' and heads' own parameters are not used: the
 caller passes every client's tensors.
@@ -45,8 +46,21 @@ class Router:
     """Per-client LoRA deltas and head outputs for one packed forward."""
 
     def __init__(self, clients: Sequence[RowClient], sizes: Sequence[int]):
-        self.clients, self.sizes = list(clients), list(sizes)
-        self.equal = len(set(self.sizes)) == 1
+        self.every = list(zip(clients, sizes))
+        self._use(range(len(self.every)))
+
+    def _use(self, ks: Sequence[int]) -> None:
+        self.clients, self.sizes = [self.every[k][0] for k in ks], [self.every[k][1] for k in ks]
+
+    @contextlib.contextmanager
+    def within(self, ks: Sequence[int]) -> Iterator[None]:
+        """Inside the block the rows are those of clients ``ks`` only (ascending; a block
+        that only they hold: :mod:`fedbench.runners.packed_rows`)."""
+        self._use(ks)
+        try:
+            yield
+        finally:
+            self._use(range(len(self.every)))
 
     def _split(self, x: torch.Tensor) -> list[torch.Tensor]:
         return list(x.split(self.sizes, dim=0))
@@ -63,11 +77,6 @@ class Router:
         """The LoRA update of layer ``path`` for the rows ``x`` (N, ..., d_in) -> (N, ..., d_out)."""
         a = [c.tensors[path + LORA_A] for c in self.clients]  # each (r, d_in)
         b = [c.tensors[path + LORA_B] for c in self.clients]  # each (d_out, r)
-        if self.equal and p == 0.0:
-            k = len(self.clients)
-            xk = x.reshape(k, -1, x.shape[-1])  # (K, rows, d_in): client k's rows, contiguous
-            h = torch.bmm(torch.bmm(xk, torch.stack(a).transpose(1, 2)), torch.stack(b).transpose(1, 2))
-            return (h * scaling).reshape(*x.shape[:-1], h.shape[-1])
         xs = self._split(x)
         if p > 0.0:
             xs = self._dropout(xs, p)
@@ -88,11 +97,13 @@ def lora_paths(layer_keys: Mapping[int, Sequence[str]]) -> dict[int, list[str]]:
 
 
 @contextlib.contextmanager
-def routed(model: nn.Module, router: Router, lora: Mapping[str, tuple[float, float]],
-           heads: Sequence[str]) -> Iterator[None]:
-    """Inside the block, the LoRA layers ``lora`` ({module path: (scaling, dropout p)})
+def routed(router: Router, lora: Mapping[str, tuple[nn.Module, float, float]],
+           heads: Mapping[str, nn.Module]) -> Iterator[None]:
+    """Inside the block, the LoRA layers ``lora`` ({module path: (module, scaling, dropout p)})
     add ``router``'s per-client update to their base layer's output, and the head layers
-    ``heads`` give ``router``'s per-client outputs; on exit the modules are as before."""
+    ``heads`` ({path: module}) give ``router``'s per-client outputs; on exit the modules are
+    as before. Modules are passed resolved: inside ``subset_blocks`` a block's path names
+    another block."""
     patched: list[nn.Module] = []
 
     def lora_forward(module: nn.Module, path: str, scaling: float, p: float):
@@ -102,12 +113,10 @@ def routed(model: nn.Module, router: Router, lora: Mapping[str, tuple[float, flo
         return forward
 
     try:
-        for path, (scaling, p) in lora.items():
-            module = model.get_submodule(path)
+        for path, (module, scaling, p) in lora.items():
             module.forward = lora_forward(module, path, scaling, p)
             patched.append(module)
-        for path in heads:
-            module = model.get_submodule(path)
+        for path, module in heads.items():
             module.forward = lambda x, path=path: router.head(path, x)
             patched.append(module)
         yield

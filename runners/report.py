@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
+from typing import Sequence
+
 import torch
 
 from fedbench.version import __version__
@@ -19,7 +21,7 @@ from fedbench.methods.base import Method
 from fedbench.runners.environment import env_info, git_info
 from fedbench.runners.federation import Federation
 from fedbench.runners.spec import RunSpec
-from fedbench.runners.state import RunState
+from fedbench.runners.state import RoundLog, RunState
 from fedbench.runners.summary import cost_section, results_section, target_section
 from fedbench.runners.tiers import TierAssigner
 
@@ -35,6 +37,15 @@ class Outcome:
     threads: int
     meter_counts: tuple[int, int] = (0, 0)  # (measured, reused)
     resume: dict | None = None  # {"from_round": k, "discarded_checkpoint": ...} or None
+
+
+def executor_clients(logs: Sequence[RoundLog]) -> dict[str, int]:
+    """Client-rounds per label of :meth:`Executor.placement` over ``logs``."""
+    out: dict[str, int] = {}
+    for l in logs:
+        for label, clients in l.executors.items():
+            out[label] = out.get(label, 0) + len(clients)
+    return out
 
 
 def build_record(spec: RunSpec, outcome: Outcome, state: RunState | None, fed: Federation | None,
@@ -61,7 +72,8 @@ def build_record(spec: RunSpec, outcome: Outcome, state: RunState | None, fed: F
         resource_label=spec.resource_label,
         holdout_indices=fed.holdout_indices if fed else [], proxy_indices=fed.proxy_indices if fed else [],
         client_sizes=fed.sizes if fed else [], client_archs={str(c): a for c, a in archs.items()},
-        sampled_clients=[l.sampled for l in logs], method_layout=method.layout() if method is not None else {},
+        sampled_clients=[l.sampled for l in logs], executor_placement=[dict(l.executors) for l in logs],
+        executor_clients=executor_clients(logs), method_layout=method.layout() if method is not None else {},
         resume=outcome.resume,
     )
     evaluation = spec.method_cls.evaluation

@@ -115,6 +115,7 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
                 cb.on_client_end(rnd, res.cost)
         sim_seconds, dropped = loop.clock.round(costs) if loop.clock is not None else (None, [])
         updates = [u for u in updates if u.client not in set(dropped)]  # missed the deadline: not aggregated
+        placement = loop.executor.placement(rnd, [plan.client for plan, _ in entries])
         if rnd == 1 and state.initial_loss is None:
             first = [c.first_loss for c in costs if c.first_loss is not None]
             state.initial_loss = float(np.mean(first)) if first else None
@@ -130,7 +131,7 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
     losses = [c.train_loss for c in costs if c.train_loss is not None]
     log = RoundLog(rnd, metric, float(np.mean(losses)) if losses else None, sw.seconds,
                    sum(c.seconds for c in costs), eval_seconds, sampled, sim_seconds, dropped,
-                   sum(c.down_bytes + c.up_bytes for c in costs))
+                   sum(c.down_bytes + c.up_bytes for c in costs), placement)
     state.logs.append(log)
     stops = [cb.on_round_end(log, state) for cb in loop.callbacks]
     return next((s for s in stops if s is not None), None)

@@ -31,6 +31,8 @@ class RoundLog:
     sim_seconds: float | None = None  # --devices: simulated wall-clock of the round (runners/simtime.py)
     dropped: list[int] = field(default_factory=list)  # --devices --deadline: clients that missed it
     traffic_bytes: int = 0  # down + up bytes of the round's clients
+    #: how the round's trained clients ran: {label: clients}, Executor.placement
+    executors: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _eval_dict(e: EvalResult | None) -> dict | None:

