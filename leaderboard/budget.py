@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from fedbench.leaderboard.output import write_file
+from fedbench.leaderboard.output import file_stem, write_file
 from fedbench.leaderboard.render import esc
 
 __all__ = ["budget_lines", "cumulative", "plot_simtime", "score_within"]
@@ -100,7 +100,6 @@ def budget_lines(records: Sequence[dict]) -> list[str]:
 def plot_simtime(plt, records: Sequence[dict], task: str, out_dir: str | Path) -> list[Path]:
     """Per setting: each run's score against cumulative simulated seconds,
     ``<out>/<task>/<setting>_simtime.png``."""
-    from fedbench.leaderboard.plots import file_stem
 
     recs = [r for r in _timed(records) if r["run"]["task"] == task]
     by_setting: dict = defaultdict(list)

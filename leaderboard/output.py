@@ -4,13 +4,21 @@ The commands check ``--out`` itself first with :func:`fedbench.records.prepare_o
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable
 
 from fedbench.errors import UserError
 from fedbench.records import atomic_write_text, one_line
 
-__all__ = ["write_file", "write_text"]
+__all__ = ["file_stem", "write_file", "write_text"]
+
+
+def file_stem(setting: str) -> str:
+    """A setting as a file name: characters other than ``[A-Za-z0-9_.+-]`` become ``_``
+    (``20/1.0`` -> ``20_1.0``)."""
+    return re.sub(r"[^A-Za-z0-9_.+\-]", "_", setting)
+
 
 
 def write_file(path: Path, write: Callable[[Path], object]) -> Path:

@@ -21,10 +21,10 @@ importing this module) works without it.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from fedbench.leaderboard.budget import plot_simtime
+from fedbench.leaderboard.output import file_stem
 from fedbench.leaderboard.groups import Section
 from fedbench.leaderboard.output import write_file
 from fedbench.leaderboard.plot_costs import pareto, tiers
@@ -32,17 +32,11 @@ from fedbench.leaderboard.plot_curves import MIN_CURVE_POINTS, curve_points, cur
 from fedbench.leaderboard.plot_style import title
 from fedbench.leaderboard.sections import SAFE_TASK, ok_sections
 
-__all__ = ["KINDS", "MIN_CURVE_POINTS", "curve_points", "file_stem", "plot_records", "plot_section"]
+__all__ = ["KINDS", "MIN_CURVE_POINTS", "curve_points", "plot_records", "plot_section"]
 
 #: The plot kinds, in the order the tables link them (``simtime``: score against simulated
 #: time, --devices records only, :func:`fedbench.leaderboard.budget.plot_simtime`).
 KINDS = ("curves", "pareto", "tiers", "simtime")
-
-
-def file_stem(setting: str) -> str:
-    """A setting as a file name: characters other than ``[A-Za-z0-9_.+-]`` become ``_``
-    (``20/1.0`` -> ``20_1.0``)."""
-    return re.sub(r"[^A-Za-z0-9_.+\-]", "_", setting)
 
 
 def pyplot():

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
 from fedbench.config import cfg_field
 from fedbench.methods import METHODS
 from fedbench.methods.aggregation import Weighting, client_weight, slot_mean, weighted_mean_by_key
