@@ -6,7 +6,9 @@ rows meet exactly its own LoRA and head tensors through the same per-client oper
 as sequentially (one linear per client on its rows, the shapes peft uses alone), and only
 the frozen base layers run over more rows, which leaves every row's result unchanged. The
 runs have three tiers (roc 1:1:1): sub-model methods give clients different block sets
-(each block runs over its holders' rows), rank methods different adapters.
+(each block runs over its holders' rows), rank methods different adapters. Row gathering
+is CUDA's default only (:func:`~fedbench.runners.packed.gather_rows`); these tests turn it
+on (:func:`gathering`) so that it is checked on CPU too.
 """
 
 import importlib.util
@@ -14,6 +16,7 @@ import importlib.util
 import pytest
 import torch
 
+import fedbench.runners.packed as packed_module
 from fedbench.runners.experiment import Experiment
 from fedbench.runners.summary import PROCESS_MEASURES
 
@@ -23,6 +26,23 @@ from smoke import SMALL_TASK_CONFIGS, shared_data
 # 5 steps (the second epoch stops early)
 NO_DROPOUT = {"lora_dropout": 0.0}
 RUN = dict(rounds=2, clients=8, per_round=8, batch_size=8, local_epochs=2, max_steps=5, eval_every=1, roc="1:1:1")
+
+
+@pytest.fixture(autouse=True)
+def gathering(monkeypatch):
+    """Clients of different block sets share a group here, as on CUDA."""
+    monkeypatch.setattr(packed_module, "gather_rows", lambda device: True)
+
+
+def test_rows_are_gathered_on_cuda_only_and_cpu_groups_keep_one_block_set(tmp_path, monkeypatch):
+    monkeypatch.undo()
+    assert packed_module.gather_rows(torch.device("cuda")) and not packed_module.gather_rows(torch.device("cpu"))
+    assert packed_module.group_key("a", "d", 0, (0, 2), False) != packed_module.group_key("a", "d", 0, (0, 1), False)
+    assert packed_module.group_key("a", "d", 0, (0, 2), True) == packed_module.group_key("a", "d", 0, (0, 1), True)
+    local, exp_l = run(tmp_path, "fedra", "local", method_cfg=NO_DROPOUT)
+    packed, exp_p = run(tmp_path, "fedra", "packed", method_cfg=NO_DROPOUT)
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
 
 
 class Tee(Experiment):
