@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import types
@@ -86,8 +87,10 @@ def _default_of(f: dataclasses.Field) -> Any:
     return None
 
 
-def field_specs(cls: type) -> list[FieldSpec]:
-    """Every field of config class ``cls`` with its declared role, flag and help."""
+@functools.lru_cache(maxsize=None)
+def field_specs(cls: type) -> tuple[FieldSpec, ...]:
+    """Every field of config class ``cls`` with its declared role, flag and help (read once
+    per class: the run id, the record and the leaderboard ask for it per run and per record)."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -95,7 +98,7 @@ def field_specs(cls: type) -> list[FieldSpec]:
         name = ("--" + f.name.replace("_", "-")) if flag is True else (flag or None)
         out.append(FieldSpec(f.name, hints[f.name], _default_of(f), f.metadata.get("help", ""),
                              f.metadata.get("role", RESULT), name, tuple(f.metadata.get("aliases", ()))))
-    return out
+    return tuple(out)
 
 
 def values_with_roles(cls: type, values: Mapping[str, Any], roles: tuple[str, ...]) -> dict[str, Any]:
