@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", help="records directory (overrides the preset)")
     sw.add_argument("--dry-run", action="store_true", help="list the runs and whether they are done")
     sw.add_argument("--no-progress", action="store_true")
+    sw.add_argument("--only", action="append", metavar="KEY=V1,V2",
+                    help="run only the preset's runs whose method, setting or seed is one of the values "
+                    "(repeatable; e.g. --only method=fed_hello,straggler --only setting=iid); same run ids as "
+                    "the whole preset")
     sw.add_argument("--workers", type=int, help="run up to N runs at once as Ray tasks on a local Ray instance "
                     "(needs the [ray] extra; default: one after another in this process)")
     sw.add_argument("--address", help="join the Ray cluster at ADDR (e.g. 10.0.0.1:6379, or auto) instead of "

@@ -77,7 +77,7 @@ def cmd_sweep(args) -> int:
     from fedbench.records import prepare_out_dir
     from fedbench.runners import sweep
 
-    runs = sweep.load_sweep(args.preset, out=args.out)
+    runs = sweep.select(sweep.load_sweep(args.preset, out=args.out), args.only)
     for out in dict.fromkeys(r.spec.run.out for r in runs):
         prepare_out_dir(out, create=not args.dry_run)
     for names in dict.fromkeys(tuple(r.spec.run.log) for r in runs):

@@ -159,6 +159,26 @@ def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
     return [SweepRun(spec, label) for spec, label in zip(specs, run_labels(runs))]
 
 
+#: ``--only`` keys -> the spec value they select on
+ONLY_KEYS = {"method": lambda s: s.method, "setting": lambda s: s.run.setting, "seed": lambda s: s.run.seed}
+
+
+def select(runs: list[SweepRun], only: list[str] | None) -> list[SweepRun]:
+    """The runs matching every ``KEY=V1,V2`` of ``only`` (``--only``; keys: method, setting,
+    seed), in preset order: part of a preset, with the same run ids as the whole (a later run
+    of the whole preset skips them). A key not in :data:`ONLY_KEYS`, or a filter that
+    matches no run, is a :class:`~fedbench.errors.UserError`."""
+    for item in only or ():
+        key, sep, values = item.partition("=")
+        if not sep or key not in ONLY_KEYS or not values:
+            raise UserError(f"--only {item!r}: expected KEY=V1,V2 with KEY one of {', '.join(ONLY_KEYS)}")
+        wanted = {v.strip() for v in values.split(",")}
+        runs = [r for r in runs if str(ONLY_KEYS[key](r.spec)) in wanted]
+        if not runs:
+            raise UserError(f"--only {item!r} (with the filters before it) matches no run of the preset")
+    return runs
+
+
 def _preset_key(preset: dict, r: dict, message: str) -> str | None:
     """The preset key a run's config error comes from, from the field it names."""
     m = re.search(r"\b(run|method|task)\.(\w+)", message)
