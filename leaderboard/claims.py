@@ -36,7 +36,7 @@ from pathlib import Path
 
 from fedbench.config import read_yaml
 from fedbench.errors import UserError
-from fedbench.leaderboard.groups import RowKey, Section
+from fedbench.leaderboard.groups import RowKey, Section, raw_variant
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
 
 __all__ = ["Claim", "Fix", "Measured", "find_row", "load_claims", "load_fixes", "measure", "paper_names",
@@ -170,14 +170,23 @@ def load_fixes(claims_dir: str | Path) -> list[Fix]:
             for f in _need(doc, "fixes", str(path))]
 
 
-def find_row(sec: Section, method: str, roc: str, where: tuple) -> RowKey | None:
-    """The one row of ``method`` with resource label ``roc`` whose variant contains ``where``;
-    None if there is none; a UserError if several match (the claim must say which)."""
-    found = [rk for rk in sec.rows if rk.method == method and rk.label == roc and set(where) <= set(rk.variant)]
+def find_row(sec: Section, method: str, roc: str, where: tuple, setting: str) -> RowKey | None:
+    """The one row of ``method`` with resource label ``roc`` whose records in ``setting``
+    all have the fields of ``where`` (their whole variant: a field the table drops because
+    every run shares it, e.g. ``rounds`` when one budget was run, still counts); None if
+    there is none; a UserError if several match (the claim must say which)."""
+    found = [rk for rk in sec.rows if rk.method == method and rk.label == roc
+             and _has(sec.runs.get(rk, ()), setting, where)]
     if len(found) > 1:
         raise UserError(f"{sec.task}: {len(found)} rows of {method} (RoC {roc}) match; add fields to the claim's "
                         "'where' to pick one")
     return found[0] if found else None
+
+
+def _has(recs, setting: str, where: tuple) -> bool:
+    """Some of ``recs`` ran in ``setting``, and all of those have every (field, value) of ``where``."""
+    cell = [r for r in recs if r["run"]["setting"] == setting]
+    return bool(cell) and all(set(where) <= set(raw_variant(r).items()) for r in cell)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ the paper's A - B" with ``m`` testable claims in the report that have >= 2 paire
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ __all__ = ["INCONCLUSIVE", "NOT_TESTABLE", "REGENERATE", "REPRODUCED", "REVERSED
            "render_claims", "verdict", "write_claims"]
 
 #: How the committed report is regenerated (written into its header).
+#: the fewest seeds a run not done here is costed with (the evidence presets' rule)
+MIN_SEEDS = 5
 REGENERATE = "fedbench claims --all --records leaderboard/records --out leaderboard/claims.md"
 
 REPRODUCED, REVERSED, INCONCLUSIVE, NOT_TESTABLE = "reproduced", "reversed", "inconclusive", "not testable here"
@@ -57,7 +60,7 @@ class Outcome:
 def _rows(sec: Section | None, c: Claim) -> tuple[RowKey | None, RowKey | None]:
     if sec is None:
         return None, None
-    return find_row(sec, c.a, c.roc, c.where), find_row(sec, c.b, c.roc, c.where)
+    return find_row(sec, c.a, c.roc, c.where, c.setting), find_row(sec, c.b, c.roc, c.where, c.setting)
 
 
 def _paired(sec: Section, rk: RowKey, setting: str, seeds: tuple) -> list[dict]:
@@ -80,30 +83,38 @@ def _budget(recs: list[dict]) -> str:
             f"model {tc.get('model') or 'default'}, data {data}")
 
 
-def _sec_per_round(recs: list[dict]) -> float | None:
-    vals = [r["cost"]["seconds_total"] / r["run"]["rounds_completed"] for r in recs
-            if r["cost"].get("seconds_total") and r["run"].get("rounds_completed")]
+def _per_round(recs: list[dict], key: str) -> float | None:
+    """Mean over ``recs`` of ``cost[key]`` / rounds completed (None: no record has it)."""
+    vals = [r["cost"][key] / r["run"]["rounds_completed"] for r in recs
+            if r["cost"].get(key) and r["run"].get("rounds_completed")]
     return sum(vals) / len(vals) if vals else None
 
 
 def _cost(c: Claim, task_recs: list[dict]) -> str:
     """The command for the claim's missing runs and their estimated cost: measured s/round
     (seconds_total / rounds of the committed records of A and B on the task, else of every
-    record of the task) x rounds x runs (2 methods x the task's seeds)."""
+    record of the task) x rounds (the claim's ``where``, else the records') x runs (2 methods
+    x the task's seeds, at least :data:`MIN_SEEDS`), and the training
+    work those runs would do (measured TFLOPs per round, same records), from which a GPU's
+    time follows at its sustained rate."""
     if not c.command:
         return "no command: not a run this suite can do"
     both = [r for r in task_recs if r["run"]["method"] in (c.a, c.b)]
     src = both or task_recs
-    seeds = sorted({r["run"]["seed"] for r in task_recs}) or [0, 1, 2]
+    seeds = max(MIN_SEEDS, len({r["run"]["seed"] for r in task_recs}))
     cmd = esc(c.command.format(a=c.a, b=c.b, setting=c.setting, roc=c.roc))
-    spr = _sec_per_round(src)
+    spr = _per_round(src, "seconds_total")
     if spr is None:
         return f"{cmd}; cost not estimated (no committed record of {esc(c.task)} to time)"
-    rounds = max(r["run"]["rounds"] for r in src)
-    runs = 2 * len(seeds)
+    where = {k: json.loads(v) for k, v in c.where}
+    rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["rounds"] for r in src)
+    runs = 2 * seeds
     who = f"{c.a}, {c.b}" if both else f"all {c.task}"
+    tpr = _per_round(src, "tflops_total")
+    work = "" if tpr is None else (f"; {tpr * rounds * runs:,.0f} TFLOPs of training in all ({tpr:.2f} TFLOPs/round "
+                                   "measured; a GPU's time = that / its sustained TFLOP/s, not measured here)")
     return (f"{cmd}; est. {spr * rounds * runs / 60:.0f} CPU-min = {spr:.1f} s/round (mean over "
-            f"{len(src)} committed records of {esc(who)}) x {rounds} rounds x {runs} runs")
+            f"{len(src)} committed records of {esc(who)}) x {rounds} rounds x {runs} runs{work}")
 
 
 def _pre_fix(recs: list[dict], fixes: Sequence[Fix]) -> tuple:
@@ -223,8 +234,9 @@ def _rules(m: int, n_records: int) -> list[str]:
         "(`run.created_at` earlier than the fix's commit time, listed in `leaderboard/claims/fixes.yaml`); "
         "they show the behaviour before the fix.",
         "- Estimated cost of a run not done here: measured s/round (seconds_total / rounds of the "
-        "committed records of A and B on the task) x rounds x runs (2 methods x seeds), on the machine that "
-        "wrote those records.",
+        "committed records of A and B on the task) x rounds (the claim's budget) x runs (2 methods x seeds, at "
+        f"least {MIN_SEEDS}), on the machine that wrote those records; and the training work in TFLOPs "
+        "(measured per round on the same records), from which a GPU's time follows at its sustained rate.",
     ]
 
 

@@ -187,3 +187,31 @@ def test_pre_fix_marks_agree_with_git_ancestry():
                 assert fix.affects(r) == (not has_fix) or r["run"].get("git_dirty"), r["run"]["run_id"]
                 checked += 1
     assert checked
+
+
+def _budget_rec(method, setting, seed, rounds):
+    from .test_generate import make
+
+    rec = make(method, setting, seed, 0.5)
+    rec["run"].update(run_id=f"{method}-{setting}-{seed}-{rounds}", rounds=rounds, variant={"rounds": rounds})
+    return rec
+
+
+def test_where_picks_the_budget_even_when_the_table_drops_it():
+    """A claim's ``where`` reads the records' whole variant: ``rounds`` picks the evidence budget
+    where two budgets are rows of their own, and still matches where the table drops it (every run
+    of the table shares it); a setting run only at another budget has no row."""
+    from fedbench.leaderboard.claims import find_row
+    from fedbench.leaderboard.groups import build_section
+
+    where = (("rounds", "50"),)
+    two = [_budget_rec("fed_hello", "iid", s, r) for s in (0, 1) for r in (10, 50)]
+    sec = build_section("t", "top1", two)
+    assert dict(find_row(sec, "fed_hello", "6:3:1", where, "iid").variant) == {"rounds": "50"}
+    with pytest.raises(UserError, match="2 rows of fed_hello"):
+        find_row(sec, "fed_hello", "6:3:1", (), "iid")
+    one = [_budget_rec("fed_hello", "iid", s, 50) for s in (0, 1)] + [_budget_rec("fed_hello", "20/1.0", 0, 10)]
+    sec = build_section("t", "top1", one)
+    assert sec.rows[0].variant == ()  # rounds is fixed per setting: not part of the row
+    assert find_row(sec, "fed_hello", "6:3:1", where, "iid") == sec.rows[0]
+    assert find_row(sec, "fed_hello", "6:3:1", where, "20/1.0") is None
