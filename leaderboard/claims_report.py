@@ -27,7 +27,7 @@ from typing import Sequence
 from fedbench.leaderboard.claims import Claim, Fix, Measured, find_row, load_claims, load_fixes, measure, seeds_needed
 from fedbench.leaderboard.compare import ALPHA, holm
 from fedbench.leaderboard.flatness import FLAT_GAIN, Flatness, flatness
-from fedbench.leaderboard.groups import RowKey, Section
+from fedbench.leaderboard.groups import RowKey, Section, raw_variant
 from fedbench.leaderboard.output import write_text
 from fedbench.leaderboard.render import Fmt, esc, table
 from fedbench.leaderboard.sections import ok_sections
@@ -75,12 +75,14 @@ def _mean_curve(recs: list[dict], scale: float) -> Flatness | None:
 
 
 def _budget(recs: list[dict]) -> str:
+    """Rounds, seeds, model and the data partition's fingerprint (``run.partition_fingerprint``:
+    the record keeps no data path, whose role is runtime, so the fingerprint names the data)."""
     rounds = sorted({r["run"]["rounds"] for r in recs})
     seeds = sorted({r["run"]["seed"] for r in recs})
     tc = recs[0]["run"].get("task_config") or {}
-    data = Path(str(tc.get("data_dir") or tc.get("hf_id") or "-")).name
+    prints = sorted({str(r["run"].get("partition_fingerprint") or "-")[:8] for r in recs})
     return (f"{'/'.join(map(str, rounds))} rounds, seeds {','.join(map(str, seeds))}, "
-            f"model {tc.get('model') or 'default'}, data {data}")
+            f"model {tc.get('model') or 'default'}, data partition {','.join(prints)}")
 
 
 def _per_round(recs: list[dict], key: str) -> float | None:
@@ -92,15 +94,16 @@ def _per_round(recs: list[dict], key: str) -> float | None:
 
 def _cost(c: Claim, task_recs: list[dict]) -> str:
     """The command for the claim's missing runs and their estimated cost: measured s/round
-    (seconds_total / rounds of the committed records of A and B on the task, else of every
-    record of the task) x rounds (the claim's ``where``, else the records') x runs (2 methods
+    (seconds_total / rounds of the committed records of A and B on the task, those at the
+    claim's ``where`` if any, else of every record of the task) x rounds (the claim's ``where``, else the records') x runs (2 methods
     x the task's seeds, at least :data:`MIN_SEEDS`), and the training
     work those runs would do (measured TFLOPs per round, same records), from which a GPU's
     time follows at its sustained rate."""
     if not c.command:
         return "no command: not a run this suite can do"
     both = [r for r in task_recs if r["run"]["method"] in (c.a, c.b)]
-    src = both or task_recs
+    at_budget = [r for r in both if set(c.where) <= set(raw_variant(r).items())]
+    src = at_budget or both or task_recs
     seeds = max(MIN_SEEDS, len({r["run"]["seed"] for r in task_recs}))
     cmd = esc(c.command.format(a=c.a, b=c.b, setting=c.setting, roc=c.roc))
     spr = _per_round(src, "seconds_total")

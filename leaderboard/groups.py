@@ -66,18 +66,24 @@ def _canon(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def _added_later(have) -> dict:
+    """The run fields of role ``result`` missing from ``have`` (a record's whole run config or
+    variant), at their defaults: a field added after the record was written ran at its
+    default (the rule that keeps run ids stable, :func:`fedbench.config.without_defaults`)."""
+    return {s.name: s.default for s in field_specs(RunConfig) if s.role == RESULT and s.name not in have}
+
+
 def raw_variant(rec: dict) -> dict[str, str]:
     """{field: canonical JSON value} of everything in ``rec`` that can change a result (the
     fields whose role is ``result``). Run fields keep their RunConfig name (``lr``), method
     and task fields get a prefix (``method.lora_r``, ``task.seq_len``)."""
     run = rec["run"]
     if isinstance(run.get("variant"), dict) and run["variant"]:  # written by the runner from the roles
-        # a run field added after the record was written: the record ran with its default
-        missing = {s.name: s.default for s in field_specs(RunConfig) if s.role == RESULT and s.name not in run["variant"]}
-        return {k: _canon(v) for k, v in {**missing, **run["variant"]}.items()}
+        return {k: _canon(v) for k, v in {**_added_later(run["variant"]), **run["variant"]}.items()}
     rc = run.get("run_config")
     if isinstance(rc, dict) and rc:  # an empty one: a record whose runner did not fill it
-        items = values_with_roles(RunConfig, rc, (RESULT,)).items()
+        given = values_with_roles(RunConfig, rc, (RESULT,))
+        items = {**_added_later(given), **given}.items()
     else:
         items = ((new, run[old]) for old, new in FALLBACK_RUN_FIELDS.items() if old in run)
     out = {k: _canon(v) for k, v in items}

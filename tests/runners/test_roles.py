@@ -91,3 +91,7 @@ def test_a_record_written_before_a_field_existed_reads_as_its_default(plus):
     old = {"run": {"variant": {"lr": 0.01}}}  # written before x_result existed
     assert raw_variant(old) == raw_variant({"run": {"variant": {"lr": 0.01, "x_result": 0}}})
     assert raw_variant(old) != raw_variant({"run": {"variant": {"lr": 0.01, "x_result": 1}}})
+    # a record keeping only its whole run config (no variant) reads the same way
+    older = {"run": {"run_config": {"lr": 0.01}}}
+    assert raw_variant(older) == raw_variant(old)
+    assert raw_variant(older) != raw_variant({"run": {"run_config": {"lr": 0.01, "x_result": 1}}})
