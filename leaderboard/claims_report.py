@@ -151,12 +151,21 @@ def verdict(c: Claim, m: Measured | None, q: float | None) -> tuple[str, str]:
         same = (m.diff > 0) == (c.sign > 0)
         return (REPRODUCED if same else REVERSED), f"Holm p {q:.3g} < {ALPHA}"
     if m.diff == 0:
-        return INCONCLUSIVE, "no difference measured"
+        return INCONCLUSIVE, "no difference measured" + _outside(c, m)
     if m.half < abs(m.diff):
-        return INCONCLUSIVE, f"the 95 % CI excludes 0 before Holm, not after (p_holm {q:.3g})"
+        return INCONCLUSIVE, f"the 95 % CI excludes 0 before Holm, not after (p_holm {q:.3g})" + _outside(c, m)
     n = seeds_needed(m.diff, m.sd)
     more = f"~{n} seeds at this spread" if n else "more than 1000 seeds at this spread"
-    return INCONCLUSIVE, f"needs a 95 % CI half-width below {abs(m.diff):.2f} (now {m.half:.2f}): {more}"
+    return INCONCLUSIVE, f"needs a 95 % CI half-width below {abs(m.diff):.2f} (now {m.half:.2f}): {more}" + _outside(c, m)
+
+
+def _outside(c: Claim, m: Measured) -> str:
+    """Where the paper's own A - B lies outside the measured 95 % CI (before Holm): the gap it
+    prints is not what these records show, even where they cannot tell the sign."""
+    if c.paper_diff is None or abs(c.paper_diff - m.diff) <= m.half:
+        return ""
+    return (f"; the paper's A - B ({c.paper_diff:+.2f}) lies outside the 95 % CI "
+            f"[{m.diff - m.half:+.2f}, {m.diff + m.half:+.2f}]")
 
 
 def evaluate(claims: Sequence[Claim], records: list[dict], fixes: Sequence[Fix] = ()) -> list[Outcome]:
@@ -228,7 +237,8 @@ def _rules(m: int, n_records: int) -> list[str]:
         "confidence interval at the level of the claim's Holm step excludes 0); **reversed** = the opposite "
         f"sign and p_holm < {ALPHA}; **inconclusive** = otherwise, with the 95 % CI half-width that would "
         "exclude 0 at the measured difference and the seeds that would take at the measured spread (before "
-        "Holm); **not testable here** = the claim file says why (the measurement is shown, outside Holm), or "
+        "Holm), and whether the paper's own A - B lies outside the 95 % CI (the records then bound the gap "
+        "away from the paper's even where they cannot tell its sign); **not testable here** = the claim file says why (the measurement is shown, outside Holm), or "
         "no records pair A and B (then the command and an estimated cost).",
         f"- Flat: whether the seed-mean learning curve gained under {FLAT_GAIN:g} point over the last fifth of "
         "its rounds (from round R - ceil(R/5) to the last evaluated round R; `?` when it was not evaluated "

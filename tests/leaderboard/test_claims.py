@@ -81,6 +81,12 @@ def test_verdict_rule():
     noisy = measure({0: 3.0, 1: 1.0, 2: 5.0}, {0: 1.0, 1: 2.0, 2: 3.0})
     v, why = verdict(_claim(+1), noisy, 0.9)
     assert v == INCONCLUSIVE and f"below {abs(noisy.diff):.2f}" in why
+    assert "outside" not in why  # the paper's +1.00 lies inside the noisy CI
+    # diffs 0, 0, 0.1: mean 0.033, half-width t(0.975, 2) x 0.0577 / sqrt(3) = 4.303 x 0.0333 = 0.143,
+    # so the paper's +1.00 lies outside [-0.11, +0.18]
+    level = measure({0: 1.0, 1: 2.0, 2: 3.1}, {0: 1.0, 1: 2.0, 2: 3.0})
+    v, why = verdict(_claim(+1), level, 0.9)
+    assert v == INCONCLUSIVE and "the paper's A - B (+1.00) lies outside the 95 % CI [-0.11, +0.18]" in why
     assert verdict(_claim(+1, "no backbone"), up, None) == (NOT_TESTABLE, "no backbone")
     assert verdict(_claim(+1), None, None)[0] == NOT_TESTABLE
 
