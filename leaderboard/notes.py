@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from fedbench.leaderboard.render import esc
 from fedbench.leaderboard.settings import describe_setting
-from fedbench.leaderboard.table import FEDERATION_FIELDS
+from fedbench.leaderboard.table import BUDGET_FIELDS, FEDERATION_FIELDS
 from fedbench.leaderboard.units import MB, format_bytes, mem_source_label
 
 __all__ = ["DAGGER_NOTE", "MEM_NOTES", "merge_facts", "task_notes"]
@@ -59,10 +59,11 @@ def _names(items) -> str:
 
 def _quality_notes(facts: dict, varying: set) -> list[str]:
     fed = ", ".join(f"`{k}`" for k in sorted(FEDERATION_FIELDS))
+    budget = ", ".join(f"`{k}`" for k in sorted(BUDGET_FIELDS))
     cohorts = facts["cohorts"]
     bold = ("**Bold**: the best mean of its column within the row's cohort, ties all bold; Avg likewise. A cohort "
-            f"is the rows with the same RoC and federation ({fed}) and task config: the table ranks methods "
-            "within one resource ratio and federation, as the papers' tables do.")
+            f"is the rows with the same RoC, federation ({fed}), budget ({budget}) and task config: the table ranks "
+            "methods within one resource ratio, federation and budget, as the papers' tables do.")
     if cohorts:
         bold += (f" This table has {len(cohorts)} cohorts ({'; '.join(esc(c) for c in cohorts)}), so a column "
                  "has one bold value per cohort.")

@@ -10,7 +10,7 @@ from typing import Sequence
 from fedbench.leaderboard.families import families_in, family_of
 from fedbench.leaderboard.groups import RowKey, Section, show_value
 from fedbench.leaderboard.settings import describe_setting
-from fedbench.leaderboard.table import FEDERATION_FIELDS, cohort
+from fedbench.leaderboard.table import COHORT_FIELDS, cohort
 
 __all__ = ["CONTEXT", "MARKERS", "PALETTE", "by_family", "cohort_markers", "row_colours", "spread", "style_key",
            "style_names", "title"]
@@ -25,8 +25,8 @@ MARKERS = ("o", "^", "s", "D", "v", "P")
 
 def style_key(rk: RowKey) -> tuple:
     """What a colour stands for: the method and its config variant apart from the cohort
-    fields, so one method keeps its colour under every resource ratio and federation."""
-    return rk.method, tuple((k, v) for k, v in rk.variant if k not in FEDERATION_FIELDS and not k.startswith("task."))
+    fields, so one method keeps its colour under every resource ratio, federation and budget."""
+    return rk.method, tuple((k, v) for k, v in rk.variant if k not in COHORT_FIELDS and not k.startswith("task."))
 
 
 def by_family(rows: Sequence[RowKey]) -> dict[str, list[RowKey]]:

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from fedbench.leaderboard.groups import RowKey, Section, show_value, weak_strong_tiers
 from fedbench.leaderboard.stats import PairedTest, ci_half_width, mean, paired_t_test, pareto_front
 
-__all__ = ["COSTS", "FEDERATION_FIELDS", "PARETO_COST", "CellStat", "Cost", "QualityTable", "cohort", "cohort_names",
+__all__ = ["BUDGET_FIELDS", "COHORT_FIELDS", "COSTS", "FEDERATION_FIELDS", "PARETO_COST", "CellStat", "Cost", "QualityTable", "cohort", "cohort_names",
            "idle_weak_tier", "mem_sources", "weak_tier_idle", "pareto_rows", "quality_table", "row_costs"]
 
 
@@ -41,14 +41,19 @@ class QualityTable:
 #: differ in them answer different questions and are not ranked against each other
 FEDERATION_FIELDS = frozenset({"clients", "per_round", "tier_fractions", "tier_ranks", "dynamic", "local_split",
                                "server_holdout"})
+#: run fields that set a cohort apart besides the federation: the training budget (a 50-round
+#: run is not ranked against, nor paired with, a 10-round run of another method)
+BUDGET_FIELDS = frozenset({"rounds"})
+COHORT_FIELDS = FEDERATION_FIELDS | BUDGET_FIELDS
 
 
 def cohort(rk: RowKey) -> tuple:
     """Rows ranked against each other (bold best, paired test): the same resource label,
-    federation (:data:`FEDERATION_FIELDS`) and task config, as the papers' tables compare
-    methods within one resource ratio and federation. Methods and their hyperparameters
-    (method config, lr, rounds, ...) are compared within a cohort."""
-    return (rk.label,) + tuple((k, v) for k, v in rk.variant if k in FEDERATION_FIELDS or k.startswith("task."))
+    federation (:data:`FEDERATION_FIELDS`), budget (:data:`BUDGET_FIELDS`: rounds) and task
+    config, as the papers' tables compare methods within one resource ratio, federation and
+    budget. Methods and their hyperparameters (method config, lr, ...) are compared within a
+    cohort."""
+    return (rk.label,) + tuple((k, v) for k, v in rk.variant if k in COHORT_FIELDS or k.startswith("task."))
 
 
 def cohort_names(rows: Sequence[RowKey]) -> dict[tuple, str]:

@@ -80,3 +80,19 @@ def test_cli_compare(capsys):
     assert main(["compare", "fed_hello", "--against", "nope", "--task", "tiny_text", "--records", str(RECORDS)]) == 2
     assert capsys.readouterr().err.strip() == (
         f"fedbench: error: no records of method(s) nope for task 'tiny_text' under {RECORDS}")
+
+
+def test_runs_of_another_budget_are_not_paired():
+    """rounds is a cohort field: a 50-round A is paired with B's 50-round runs only, never with
+    B's 10-round runs (the budget would be the difference)."""
+    def at(method, rounds, finals):
+        recs = _cell(method, finals)
+        for r in recs:
+            r["run"]["variant"] = {"rounds": rounds}
+            r["run"]["run_id"] += f"-{rounds}"
+        return recs
+
+    recs = at("fed_hello", 50, [0.6, 0.7, 0.8]) + at("fed_hello", 10, [0.5, 0.6, 0.7]) + at("exclusive", 10, [0.4, 0.5, 0.6])
+    out = compare("t", recs, ["fed_hello"], ["exclusive"])
+    assert [(c.row_a, c.row_b, c.n) for c in out] == [("fed_hello (rounds=10)", "exclusive", 3)]
+    assert out[0].diff == pytest.approx(10.0)  # (0.5 - 0.4) x 100, every seed

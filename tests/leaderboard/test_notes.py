@@ -35,7 +35,7 @@ def test_two_cohorts_are_named_and_bold_once_per_cohort():
     assert not rows[("hetlora", "1:1:1")]["iid"].startswith("**")
     notes = _notes(text)
     assert "the best mean of its column within the row's cohort" in notes
-    assert "the same RoC and federation (`clients`, `dynamic`, `local_split`, `per_round`" in notes
+    assert "the same RoC, federation (`clients`, `dynamic`, `local_split`, `per_round`" in notes
     assert "This table has 2 cohorts (RoC 1:1:1; RoC 6:3:1), so a column has one bold value per cohort." in notes
     # cells: one clear of its runner-up (81 - 51 > 2.48), one not (70 - 66 < 24.84)
     assert "1 of the 2 bold cells that have a runner-up in their cohort do not beat it beyond their own 95% CI" in notes
