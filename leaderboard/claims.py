@@ -39,7 +39,7 @@ from fedbench.errors import UserError
 from fedbench.leaderboard.groups import RowKey, Section, raw_variant
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
 
-__all__ = ["Claim", "Fix", "Measured", "find_row", "load_claims", "load_fixes", "measure", "paper_names",
+__all__ = ["Claim", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes", "measure", "paper_names",
            "seeds_needed"]
 
 #: the file of :class:`Fix` entries next to the claim files (not a paper)
@@ -186,7 +186,13 @@ def find_row(sec: Section, method: str, roc: str, where: tuple, setting: str) ->
 def _has(recs, setting: str, where: tuple) -> bool:
     """Some of ``recs`` ran in ``setting``, and all of those have every (field, value) of ``where``."""
     cell = [r for r in recs if r["run"]["setting"] == setting]
-    return bool(cell) and all(set(where) <= set(raw_variant(r).items()) for r in cell)
+    return bool(cell) and all(has_fields(r, where) for r in cell)
+
+
+def has_fields(rec: dict, where: tuple) -> bool:
+    """The record's whole variant (:func:`~fedbench.leaderboard.groups.raw_variant`) has every
+    (field, canonical JSON value) of ``where``."""
+    return set(where) <= set(raw_variant(rec).items())
 
 
 @dataclass(frozen=True)

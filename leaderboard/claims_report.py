@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from fedbench.leaderboard.claims import Claim, Fix, Measured, find_row, load_claims, load_fixes, measure, seeds_needed
+from fedbench.leaderboard.claims import (Claim, Fix, Measured, find_row, has_fields, load_claims, load_fixes, measure,
+                                         seeds_needed)
 from fedbench.leaderboard.compare import ALPHA, holm
 from fedbench.leaderboard.flatness import FLAT_GAIN, Flatness, flatness
-from fedbench.leaderboard.groups import RowKey, Section, raw_variant
+from fedbench.leaderboard.groups import RowKey, Section
 from fedbench.leaderboard.output import write_text
 from fedbench.leaderboard.render import Fmt, esc, table
 from fedbench.leaderboard.sections import ok_sections
@@ -35,9 +36,9 @@ from fedbench.leaderboard.sections import ok_sections
 __all__ = ["INCONCLUSIVE", "NOT_TESTABLE", "REGENERATE", "REPRODUCED", "REVERSED", "Outcome", "build_report", "evaluate",
            "render_claims", "verdict", "write_claims"]
 
-#: How the committed report is regenerated (written into its header).
 #: the fewest seeds a run not done here is costed with (the evidence presets' rule)
 MIN_SEEDS = 5
+#: How the committed report is regenerated (written into its header).
 REGENERATE = "fedbench claims --all --records leaderboard/records --out leaderboard/claims.md"
 
 REPRODUCED, REVERSED, INCONCLUSIVE, NOT_TESTABLE = "reproduced", "reversed", "inconclusive", "not testable here"
@@ -95,14 +96,14 @@ def _per_round(recs: list[dict], key: str) -> float | None:
 def _cost(c: Claim, task_recs: list[dict]) -> str:
     """The command for the claim's missing runs and their estimated cost: measured s/round
     (seconds_total / rounds of the committed records of A and B on the task, those at the
-    claim's ``where`` if any, else of every record of the task) x rounds (the claim's ``where``, else the records') x runs (2 methods
-    x the task's seeds, at least :data:`MIN_SEEDS`), and the training
-    work those runs would do (measured TFLOPs per round, same records), from which a GPU's
-    time follows at its sustained rate."""
+    claim's ``where`` if any, else of every record of the task) x rounds (the claim's
+    ``where``, else the records') x runs (2 methods x the task's seeds, at least
+    :data:`MIN_SEEDS`), and the training work those runs would do (measured TFLOPs per round,
+    same records), from which a GPU's time follows at its sustained rate."""
     if not c.command:
         return "no command: not a run this suite can do"
     both = [r for r in task_recs if r["run"]["method"] in (c.a, c.b)]
-    at_budget = [r for r in both if set(c.where) <= set(raw_variant(r).items())]
+    at_budget = [r for r in both if has_fields(r, c.where)]
     src = at_budget or both or task_recs
     seeds = max(MIN_SEEDS, len({r["run"]["seed"] for r in task_recs}))
     cmd = esc(c.command.format(a=c.a, b=c.b, setting=c.setting, roc=c.roc))
@@ -156,7 +157,8 @@ def verdict(c: Claim, m: Measured | None, q: float | None) -> tuple[str, str]:
         return INCONCLUSIVE, f"the 95 % CI excludes 0 before Holm, not after (p_holm {q:.3g})" + _outside(c, m)
     n = seeds_needed(m.diff, m.sd)
     more = f"~{n} seeds at this spread" if n else "more than 1000 seeds at this spread"
-    return INCONCLUSIVE, f"needs a 95 % CI half-width below {abs(m.diff):.2f} (now {m.half:.2f}): {more}" + _outside(c, m)
+    return INCONCLUSIVE, (f"needs a 95 % CI half-width below {abs(m.diff):.2f} (now {m.half:.2f}): {more}"
+                          + _outside(c, m))
 
 
 def _outside(c: Claim, m: Measured) -> str:
@@ -238,8 +240,9 @@ def _rules(m: int, n_records: int) -> list[str]:
         f"sign and p_holm < {ALPHA}; **inconclusive** = otherwise, with the 95 % CI half-width that would "
         "exclude 0 at the measured difference and the seeds that would take at the measured spread (before "
         "Holm), and whether the paper's own A - B lies outside the 95 % CI (the records then bound the gap "
-        "away from the paper's even where they cannot tell its sign); **not testable here** = the claim file says why (the measurement is shown, outside Holm), or "
-        "no records pair A and B (then the command and an estimated cost).",
+        "away from the paper's even where they cannot tell its sign); **not testable here** = the claim file "
+        "says why (the measurement is shown, outside Holm), or no records pair A and B (then the command and "
+        "an estimated cost).",
         f"- Flat: whether the seed-mean learning curve gained under {FLAT_GAIN:g} point over the last fifth of "
         "its rounds (from round R - ceil(R/5) to the last evaluated round R; `?` when it was not evaluated "
         "at that round); `no` means the run stopped while still climbing.",

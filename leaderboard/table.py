@@ -11,8 +11,9 @@ from typing import Callable, Sequence
 from fedbench.leaderboard.groups import RowKey, Section, show_value, weak_strong_tiers
 from fedbench.leaderboard.stats import PairedTest, ci_half_width, mean, paired_t_test, pareto_front
 
-__all__ = ["BUDGET_FIELDS", "COHORT_FIELDS", "COSTS", "FEDERATION_FIELDS", "PARETO_COST", "CellStat", "Cost", "QualityTable", "cohort", "cohort_names",
-           "idle_weak_tier", "mem_sources", "weak_tier_idle", "pareto_rows", "quality_table", "row_costs"]
+__all__ = ["BUDGET_FIELDS", "COHORT_FIELDS", "COSTS", "FEDERATION_FIELDS", "PARETO_COST", "CellStat", "Cost",
+           "QualityTable", "cohort", "cohort_names", "idle_weak_tier", "mem_sources", "weak_tier_idle", "pareto_rows",
+           "quality_table", "row_costs"]
 
 
 @dataclass(frozen=True)

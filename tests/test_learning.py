@@ -31,7 +31,8 @@ this file's default run 8 min 51 s on a 2-core machine under load 9, most of it 
 references); the rest are marked slow and run only with ``FEDBENCH_LEARNING_ALL=1``
 (measured: 33 methods and the references, 42 min on one core of the same machine).
 
-Budget per method: 1 local epoch was too small for eleven methods, which beat untrained and the majority class by >= 0.25 on each seed but the head-only
+Budget per method: 1 local epoch was too small for eleven methods, which
+beat untrained and the majority class by >= 0.25 on each seed but the head-only
 reference by only a few examples of the 150-example test split (head-only gain per seed at 15
 rounds x 1 epoch: fed_hello +0.067 / +0.033, fed_hello_rgd +0.067 / +0.033,
 fed_hello_gd_triangle +0.020 / +0.080, fed_hello_fim +0.013 / +0.027, hetlora +0.027 / +0.040
