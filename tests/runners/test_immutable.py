@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import pickle
+import random
 import signal
 import subprocess
 import sys
@@ -115,13 +116,28 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(content
         torch.save({"version": checkpoint.VERSION, "run_id": exp.spec.run_id, "round": 1}, ckpt)
         ckpt.write_bytes(ckpt.read_bytes()[:40])
     else:
-        ckpt.write_bytes(b"" if content == "empty" else os.urandom(300))
+        ckpt.write_bytes(b"" if content == "empty" else random.Random(0).randbytes(300))
     rec, path = exp.run()
     assert not marker.exists()  # nothing in the checkpoint ran
     assert rec["status"] == "ok" and rec["run"]["rounds_completed"] == 2
     assert rec["run"]["resume"]["from_round"] == 0 and ckpt.name in rec["run"]["resume"]["discarded_checkpoint"]
     assert ckpt.with_suffix(".ckpt.corrupt").exists() and not ckpt.exists()
     assert any("cannot be read" in r.getMessage() and ckpt.name in r.getMessage() for r in caplog.records)
+
+
+def test_no_bytes_in_a_checkpoint_file_fail_the_run(tmp_path):
+    """Random bytes raise whatever the unpickler trips on (IndexError, UnicodeDecodeError, ...;
+    CI once drew an IndexError): every one is an unreadable checkpoint, none a failed run."""
+    from fedbench.runners.store import ClientStore
+
+    store = ClientStore(tmp_path / "clients", budget_bytes=10**6)
+    rng = random.Random(1)
+    for i in range(300):
+        ckpt = tmp_path / f"r{i}.ckpt"
+        ckpt.write_bytes(rng.randbytes(rng.choice([1, 2, 8, 40, 300, 2000])))
+        restored = checkpoint.restore(ckpt, "run", store, torch.device("cpu"))
+        assert restored.state is None and restored.discarded, i
+        assert not ckpt.exists() and ckpt.with_suffix(".ckpt.corrupt").exists()
 
 
 def _popen(out, *extra):
