@@ -57,26 +57,29 @@ def test_a_sweep_loads_each_task_once(tmp_path, monkeypatch):
 
 
 def test_only_runs_part_of_a_preset_with_the_same_run_ids(tmp_path, capsys):
-    """``--only`` keeps the runs whose method / setting / seed match, with the whole preset's
-    run ids: the whole preset run afterwards skips them."""
+    """``--only`` keeps the runs whose method / setting / seed / clients match, with the whole
+    preset's run ids: the whole preset run afterwards skips them."""
     import yaml
 
     from fedbench.runners.sweep import load_sweep, select
 
     preset = tmp_path / "p.yaml"
     preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedavg", "fedra"], "settings": ["iid", "2/-"],
-                                      "seeds": [0, 1], "run": {"rounds": 1, "clients": 2, "per_round": 2},
+                                      "seeds": [0, 1], "run": {"rounds": 1, "per_round": 2},
+                                      "resources": [{"clients": 2}, {"clients": 3, "rounds": 2}],
                                       "task_config": {"n_train": 80, "n_test": 40}, "out": str(tmp_path / "r")}))
     runs = load_sweep(preset)
     part = select(runs, ["method=fedra", "setting=iid", "seed=1,7"])
-    assert [(r.spec.method, r.spec.run.setting, r.spec.run.seed) for r in part] == [("fedra", "iid", 1)]
+    assert [(r.spec.method, r.spec.run.setting, r.spec.run.seed) for r in part] == [("fedra", "iid", 1)] * 2
     assert part[0].spec.run_id in {r.spec.run_id for r in runs}
+    three = select(runs, ["clients=3", "method=fedavg"])  # a resources entry, with its own rounds
+    assert [(r.spec.run.clients, r.spec.run.rounds) for r in three] == [(3, 2)] * 4
     assert select(runs, None) == runs
-    for bad, match in (["mthod=fedra"], "KEY one of method, setting, seed"), (["seed="], "KEY=V1,V2"), \
+    for bad, match in (["mthod=fedra"], "KEY one of method, setting, seed, clients"), (["seed="], "KEY=V1,V2"), \
                       (["method=fedra", "seed=5"], "matches no run"):
         with pytest.raises(UserError, match=match):
             select(runs, bad)
     assert main(["sweep", str(preset), "--no-progress", "--only", "method=fedra", "--only", "seed=0"]) == 0
-    assert "2 runs, 0 already done, 0 failed" in capsys.readouterr().out
+    assert "4 runs, 0 already done, 0 failed" in capsys.readouterr().out
     assert main(["sweep", str(preset), "--no-progress", "--dry-run"]) == 0
-    assert capsys.readouterr().out.count("to run") == 6
+    assert capsys.readouterr().out.count("to run") == 12
