@@ -47,3 +47,17 @@ def test_packed_vs_local_compares_a_registered_executor(tmp_path, capsys):
                                      ks=(2,), out=str(tmp_path), rounds=1)
     assert set(got) == {("tiny_text", 2)} and got[("tiny_text", 2)]["local"] > 0
     assert "(4) tiny_text, K=2: local" in capsys.readouterr().out
+
+
+def test_plora_budget_runs_every_arm_and_counts_the_share_each_trains(capsys):
+    plora = _load("plora_budget")
+    task = {**plora.TASK, "n_train": 80, "n_test": 40}
+    got = plora.main(["--seeds", "0", "--rounds", "2", "--task", json.dumps(task)])
+    share = {name: rows[0]["share"] for name, rows in got.items()}
+    # RoC 6:3:1: ranks 1/4/16 of 16 -> 0.6/16 + 0.3*4/16 + 0.1; layers 3/5/6 of 6 -> 0.6/2 + 0.3*5/6 + 0.1
+    assert abs(share["fed_plora rank"] - (0.6 / 16 + 0.3 * 4 / 16 + 0.1)) < 1e-9
+    assert abs(share["fed_hello"] - (0.6 * 3 / 6 + 0.3 * 5 / 6 + 0.1)) < 1e-9
+    assert share["fed_plora layers"] == share["fed_hello"]
+    assert abs(share["fed_plora matched"] - (0.6 * 8 / 16 + 0.3 * 13 / 16 + 0.1)) < 1e-9
+    out = capsys.readouterr().out
+    assert all(name in out for name in plora.ARMS) and "x fed_plora rank's" in out
