@@ -53,6 +53,10 @@ class FedPLoRA(RankMethod):
       LoRA module, + the head; the payload the simulator ships (dense folded weights and the
       selected factors) is recorded as a variant. K_i is not counted (r_i small integers,
       derivable from the round's seed). Up = the selected modules, r_i (d_in + d_out).
+    Budgets: the tiers' ranks are ``run.tier_ranks`` (default: the task's paper ranks, 1 / 4 / 16
+    for classification), so under 6:3:1 a sampled client trains about 0.21 of the LoRA where a
+    layer-budget method's (3 / 5 / 6 of 6 layers) trains 0.65; ``benchmarks/plora_budget.py``
+    measures what that costs in quality and runs ``budget='layers'`` and matched ranks beside it.
     Assumptions (spec, not confirmed by the paper): init B = 0, A random (peft's); the
     averaging weights; one K_i per client rather than one per module.
     """
