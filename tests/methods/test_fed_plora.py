@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientUpdate, MethodState, tensor_bytes
+from fedbench.methods.base import ClientUpdate, tensor_bytes
 from fedbench.methods.fed_plora import SLOTS, FedPLoRA, FedPLoRAConfig
 from fedbench.methods.rank_hetero import base_key
 from fedbench.runners.experiment import Experiment

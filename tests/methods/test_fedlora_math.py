@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 from fedbench.methods import fedlora_math as fm
 from fedbench.methods.aggregation import per_class_average, weighted_mean_by_key

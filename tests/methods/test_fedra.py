@@ -1,7 +1,6 @@
 """FedRA plan (allocation matrix) and aggregation on hand-built tensors."""
 
 import numpy as np
-import pytest
 import torch
 
 from fedbench.methods.base import ClientPlan, ClientProfile, ClientUpdate, MethodContext, MethodState, Traffic

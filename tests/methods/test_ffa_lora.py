@@ -2,7 +2,6 @@
 heterogeneous-rank variant's two means, traffic, its own learning rate."""
 
 import numpy as np
-import pytest
 import torch
 
 from fedbench.methods import METHODS

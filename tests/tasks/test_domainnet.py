@@ -259,7 +259,7 @@ def test_labels_are_checked_against_classes_txt(tmp_path):
     assert one_line_error(root).startswith(f"{root / 'painting_test.txt'} line 2: label -1 is not a class id")
     (root / "classes.txt").unlink()  # no class list: a label is still bounded
     set_line(root / "painting_test.txt", 2, f"painting/airplane/painting_001_000000.jpg {10 ** 30}")
-    assert one_line_error(root).endswith(f"is not a class id in 0..99999 (below 100000 without a classes.txt)")
+    assert one_line_error(root).endswith("is not a class id in 0..99999 (below 100000 without a classes.txt)")
 
 
 @pytest.mark.parametrize("file", ["clipart_train.txt", "classes.txt"])
