@@ -93,32 +93,43 @@ def _per_round(recs: list[dict], key: str) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _seeds_recorded(c: Claim, recs: list[dict], method: str) -> set:
+    """The seeds of ``method``'s records in the claim's cell: its setting, resource label and ``where``."""
+    return {r["run"]["seed"] for r in recs if r["run"]["method"] == method and r["run"]["setting"] == c.setting
+            and (r["run"].get("resource_label") or "-") == c.roc and has_fields(r, c.where)}
+
+
 def _cost(c: Claim, task_recs: list[dict]) -> str:
     """The command for the claim's missing runs and their estimated cost: measured s/round
     (seconds_total / rounds of the committed records of A and B on the task, those at the
     claim's ``where`` if any, else of every record of the task) x rounds (the claim's
-    ``where``, else the records') x runs (2 methods x the task's seeds, at least
-    :data:`MIN_SEEDS`), and the training work those runs would do (measured TFLOPs per round,
-    same records), from which a GPU's time follows at its sustained rate."""
+    ``where``, else the records') x the runs still missing (A and B each at the task's seeds,
+    at least :data:`MIN_SEEDS`, less the seeds already recorded in the claim's cell), and the
+    training work those runs would do (measured TFLOPs per round, same records), from which
+    a GPU's time follows at its sustained rate. The command is the claim file's, with
+    ``{a} {b} {setting} {roc}`` and the fields of ``where`` filled in."""
     if not c.command:
         return "no command: not a run this suite can do"
     both = [r for r in task_recs if r["run"]["method"] in (c.a, c.b)]
     at_budget = [r for r in both if has_fields(r, c.where)]
     src = at_budget or both or task_recs
     seeds = max(MIN_SEEDS, len({r["run"]["seed"] for r in task_recs}))
-    cmd = esc(c.command.format(a=c.a, b=c.b, setting=c.setting, roc=c.roc))
+    where = {k: json.loads(v) for k, v in c.where}
+    cmd = esc(c.command.format(**where, a=c.a, b=c.b, setting=c.setting, roc=c.roc))
     spr = _per_round(src, "seconds_total")
     if spr is None:
         return f"{cmd}; cost not estimated (no committed record of {esc(c.task)} to time)"
-    where = {k: json.loads(v) for k, v in c.where}
     rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["rounds"] for r in src)
-    runs = 2 * seeds
+    done = {m: len(_seeds_recorded(c, task_recs, m)) for m in (c.a, c.b)}
+    runs = sum(max(0, seeds - n) for n in done.values())
+    have = "".join(f", {esc(m)} has {n} of them" for m, n in done.items() if n)
     who = f"{c.a}, {c.b}" if both else f"all {c.task}"
     tpr = _per_round(src, "tflops_total")
     work = "" if tpr is None else (f"; {tpr * rounds * runs:,.0f} TFLOPs of training in all ({tpr:.2f} TFLOPs/round "
                                    "measured; a GPU's time = that / its sustained TFLOP/s, not measured here)")
     return (f"{cmd}; est. {spr * rounds * runs / 60:.0f} CPU-min = {spr:.1f} s/round (mean over "
-            f"{len(src)} committed records of {esc(who)}) x {rounds} rounds x {runs} runs{work}")
+            f"{len(src)} committed records of {esc(who)}) x {rounds} rounds x {runs} runs (2 methods x {seeds} "
+            f"seeds{have}){work}")
 
 
 def _pre_fix(recs: list[dict], fixes: Sequence[Fix]) -> tuple:

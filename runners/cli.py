@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--dry-run", action="store_true", help="list the runs and whether they are done")
     sw.add_argument("--no-progress", action="store_true")
     sw.add_argument("--only", action="append", metavar="KEY=V1,V2",
-                    help="run only the preset's runs whose method, setting, seed or clients is one of "
+                    help="run only the preset's runs whose method, setting, seed, clients or roc is one of "
                     "the values (repeatable; e.g. --only method=fed_hello,straggler --only setting=iid); same run ids as "
                     "the whole preset")
     sw.add_argument("--workers", type=int, help="run up to N runs at once as Ray tasks on a local Ray instance "

@@ -161,12 +161,12 @@ def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
 
 #: ``--only`` keys -> the spec value they select on
 ONLY_KEYS = {"method": lambda s: s.method, "setting": lambda s: s.run.setting, "seed": lambda s: s.run.seed,
-             "clients": lambda s: s.run.clients}
+             "clients": lambda s: s.run.clients, "roc": lambda s: s.run.roc}
 
 
 def select(runs: list[SweepRun], only: list[str] | None) -> list[SweepRun]:
     """The runs matching every ``KEY=V1,V2`` of ``only`` (``--only``; keys: method, setting,
-    seed, clients), in preset order: part of a preset, with the same run ids as the whole (a later run
+    seed, clients, roc), in preset order: part of a preset, with the same run ids as the whole (a later run
     of the whole preset skips them). A key not in :data:`ONLY_KEYS`, or a filter that
     matches no run, is a :class:`~fedbench.errors.UserError`."""
     for item in only or ():

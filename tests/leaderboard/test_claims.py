@@ -1,6 +1,7 @@
 """The claims report: flatness rule, claim files, paired measure, verdict rule, pre-fix marks,
 the CLI, and the committed leaderboard/claims.md regenerating from the committed records."""
 
+import json
 import math
 import shutil
 import subprocess
@@ -221,3 +222,60 @@ def test_where_picks_the_budget_even_when_the_table_drops_it():
     assert sec.rows[0].variant == ()  # rounds is fixed per setting: not part of the row
     assert find_row(sec, "fed_hello", "6:3:1", where, "iid") == sec.rows[0]
     assert find_row(sec, "fed_hello", "6:3:1", where, "20/1.0") is None
+
+
+# ------------------------------------------------------------------ claims not run: command and cost
+def test_cost_counts_only_the_missing_runs_and_fills_where_into_the_command():
+    """A has seeds 0-2 in the claim's cell (iid, 1:1:1, rounds 4), B none there (only in 20/1.0):
+    runs still to do (5 - 3) + (5 - 0) = 7; measured 30 s/round and 0.5 TFLOPs/round x 4 rounds x
+    7 runs = 14 CPU-min and 14 TFLOPs."""
+    from fedbench.leaderboard.claims_report import evaluate
+
+    def rec(method, setting, seed):
+        r = _budget_rec(method, setting, seed, 4)
+        r["run"].update(task="task", resource_label="1:1:1", rounds_completed=4)
+        r["cost"].update(seconds_total=4 * 30.0, tflops_total=4 * 0.5)
+        return r
+
+    recs = [rec("a", "iid", s) for s in (0, 1, 2)] + [rec("b", "20/1.0", s) for s in (0, 1)]
+    c = Claim("p", "T", "task", "a", "b", "1:1:1", (("rounds", "4"),), "g", "iid", "IID", 2.0, 1.0, 1, None,
+              "sweep P --only method={a},{b} --only setting={setting} --only roc={roc} ({rounds} rounds)",
+              "not legible")
+    (o,) = evaluate([c], recs)
+    assert o.verdict == NOT_TESTABLE and o.measured is None
+    assert o.cost.startswith("sweep P --only method=a,b --only setting=iid --only roc=1:1:1 (4 rounds); est. 14 CPU-min")
+    assert "x 4 rounds x 7 runs (2 methods x 5 seeds, a has 3 of them)" in o.cost
+    assert "; 14 TFLOPs of training" in o.cost
+
+
+@pytest.mark.parametrize("paper", ["fed_hello", "fedlora"])
+def test_each_claims_command_selects_its_cell_from_its_preset(paper):
+    """The command the report prints for a claim not run yet is a real one: its ``--only``
+    filters select from the named preset exactly A and B at the claim's setting, resource group
+    and ``where`` fields, 5 seeds each."""
+    import shlex
+
+    from fedbench.leaderboard.claims import load_claims
+    from fedbench.runners.sweep import load_sweep, select
+
+    repo = ROOT.parent
+    presets: dict = {}  # path -> its runs (built once)
+    checked = 0
+    for c in load_claims(ROOT / "claims", paper)[1]:
+        if not c.command:
+            continue
+        where = {k: json.loads(v) for k, v in c.where}
+        argv = shlex.split(c.command.format(**where, a=c.a, b=c.b, setting=c.setting, roc=c.roc))
+        assert argv[:2] == ["fedbench", "sweep"], c.command
+        only = [argv[i + 1] for i, a in enumerate(argv) if a == "--only"]
+        if argv[2] not in presets:
+            presets[argv[2]] = load_sweep(repo / argv[2])
+        runs = select(presets[argv[2]], only)
+        assert {r.spec.method for r in runs} == {c.a, c.b}
+        assert {r.spec.run.setting for r in runs} == {c.setting}
+        assert {r.spec.run.roc or "-" for r in runs} == {c.roc}
+        for k, v in where.items():
+            assert {getattr(r.spec.run, k) for r in runs} == {v}, (c, k)
+        assert len(runs) == 2 * 5
+        checked += 1
+    assert checked

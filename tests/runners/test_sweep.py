@@ -75,7 +75,7 @@ def test_only_runs_part_of_a_preset_with_the_same_run_ids(tmp_path, capsys):
     three = select(runs, ["clients=3", "method=fedavg"])  # a resources entry, with its own rounds
     assert [(r.spec.run.clients, r.spec.run.rounds) for r in three] == [(3, 2)] * 4
     assert select(runs, None) == runs
-    for bad, match in (["mthod=fedra"], "KEY one of method, setting, seed, clients"), (["seed="], "KEY=V1,V2"), \
+    for bad, match in (["mthod=fedra"], "KEY one of method, setting, seed, clients, roc"), (["seed="], "KEY=V1,V2"), \
                       (["method=fedra", "seed=5"], "matches no run"):
         with pytest.raises(UserError, match=match):
             select(runs, bad)
@@ -83,3 +83,23 @@ def test_only_runs_part_of_a_preset_with_the_same_run_ids(tmp_path, capsys):
     assert "4 runs, 0 already done, 0 failed" in capsys.readouterr().out
     assert main(["sweep", str(preset), "--no-progress", "--dry-run"]) == 0
     assert capsys.readouterr().out.count("to run") == 12
+
+
+def test_only_roc_picks_a_resource_ratio(tmp_path):
+    """``--only roc=6:3:1`` keeps one ``resources`` entry of a preset that has two ratios (the claims
+    report's commands select a paper's resource group this way)."""
+    import yaml
+
+    from fedbench.runners.sweep import load_sweep, select
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedavg", "fedra"], "settings": ["iid"],
+                                      "seeds": [0, 1], "run": {"rounds": 1, "clients": 6, "per_round": 2},
+                                      "resources": [{"roc": "6:3:1"}, {"roc": "1:1:1"}],
+                                      "task_config": {"n_train": 80, "n_test": 40}, "out": str(tmp_path / "r")}))
+    runs = load_sweep(preset)
+    part = select(runs, ["roc=1:1:1", "method=fedra"])
+    assert [(r.spec.method, r.spec.run.roc, r.spec.run.seed) for r in part] == [("fedra", "1:1:1", 0), ("fedra", "1:1:1", 1)]
+    assert len(select(runs, ["roc=6:3:1,1:1:1"])) == len(runs) == 8
+    with pytest.raises(UserError, match="matches no run"):
+        select(runs, ["roc=10:0:0"])
