@@ -62,12 +62,23 @@ class Claim:
     fig_b: float | None
     sign: int  # +1: the paper has A ahead of B; -1: behind
     not_testable: str | None  # why the committed records cannot test it
-    command: str | None  # how to run a missing cell, with {a} {b} {setting} {roc}
+    command: str | None  # how to run a missing cell, with {a} {b} {setting} {roc} and the fields of ``where``
     figure_note: str  # what a null figure means (the block's ``figure_note``)
 
     @property
     def paper_diff(self) -> float | None:
         return None if self.fig_a is None or self.fig_b is None else self.fig_a - self.fig_b
+
+    @property
+    def where_values(self) -> dict:
+        """``where`` as {field: value}, decoded from its canonical JSON."""
+        return {k: json.loads(v) for k, v in self.where}
+
+    def run_command(self) -> str | None:
+        """``command`` with ``{a} {b} {setting} {roc}`` and the fields of ``where`` filled in."""
+        if self.command is None:
+            return None
+        return self.command.format(**self.where_values, a=self.a, b=self.b, setting=self.setting, roc=self.roc)
 
 
 @dataclass(frozen=True)

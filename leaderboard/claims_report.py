@@ -18,7 +18,6 @@ the paper's A - B" with ``m`` testable claims in the report that have >= 2 paire
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,16 +105,15 @@ def _cost(c: Claim, task_recs: list[dict]) -> str:
     ``where``, else the records') x the runs still missing (A and B each at the task's seeds,
     at least :data:`MIN_SEEDS`, less the seeds already recorded in the claim's cell), and the
     training work those runs would do (measured TFLOPs per round, same records), from which
-    a GPU's time follows at its sustained rate. The command is the claim file's, with
-    ``{a} {b} {setting} {roc}`` and the fields of ``where`` filled in."""
+    a GPU's time follows at its sustained rate. The command is :meth:`Claim.run_command`."""
     if not c.command:
         return "no command: not a run this suite can do"
     both = [r for r in task_recs if r["run"]["method"] in (c.a, c.b)]
     at_budget = [r for r in both if has_fields(r, c.where)]
     src = at_budget or both or task_recs
     seeds = max(MIN_SEEDS, len({r["run"]["seed"] for r in task_recs}))
-    where = {k: json.loads(v) for k, v in c.where}
-    cmd = esc(c.command.format(**where, a=c.a, b=c.b, setting=c.setting, roc=c.roc))
+    where = c.where_values
+    cmd = esc(c.run_command())
     spr = _per_round(src, "seconds_total")
     if spr is None:
         return f"{cmd}; cost not estimated (no committed record of {esc(c.task)} to time)"

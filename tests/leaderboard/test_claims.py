@@ -1,7 +1,6 @@
 """The claims report: flatness rule, claim files, paired measure, verdict rule, pre-fix marks,
 the CLI, and the committed leaderboard/claims.md regenerating from the committed records."""
 
-import json
 import math
 import shutil
 import subprocess
@@ -264,8 +263,7 @@ def test_each_claims_command_selects_its_cell_from_its_preset(paper):
     for c in load_claims(ROOT / "claims", paper)[1]:
         if not c.command:
             continue
-        where = {k: json.loads(v) for k, v in c.where}
-        argv = shlex.split(c.command.format(**where, a=c.a, b=c.b, setting=c.setting, roc=c.roc))
+        argv = shlex.split(c.run_command())
         assert argv[:2] == ["fedbench", "sweep"], c.command
         only = [argv[i + 1] for i, a in enumerate(argv) if a == "--only"]
         if argv[2] not in presets:
@@ -274,7 +272,7 @@ def test_each_claims_command_selects_its_cell_from_its_preset(paper):
         assert {r.spec.method for r in runs} == {c.a, c.b}
         assert {r.spec.run.setting for r in runs} == {c.setting}
         assert {r.spec.run.roc or "-" for r in runs} == {c.roc}
-        for k, v in where.items():
+        for k, v in c.where_values.items():
             assert {getattr(r.spec.run, k) for r in runs} == {v}, (c, k)
         assert len(runs) == 2 * 5
         checked += 1
