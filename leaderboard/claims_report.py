@@ -98,36 +98,60 @@ def _seeds_recorded(c: Claim, recs: list[dict], method: str) -> set:
             and (r["run"].get("resource_label") or "-") == c.roc and has_fields(r, c.where)}
 
 
+def _timing_source(m: str, other: str, c: Claim, task_recs: list[dict]) -> tuple[list[dict], str]:
+    """The records that time ``m``'s missing runs, and what they are: ``m``'s own (those at the
+    claim's ``where``, else at its fields other than rounds, else all), else the other method's
+    (chosen the same way), else every record of the task; the label says which, so a method
+    never run here is not passed off as measured."""
+    for who, label in ((m, f"{m}'s"), (other, f"no record of {m}: {other}'s")):
+        own = [r for r in task_recs if r["run"]["method"] == who]
+        if not own:
+            continue
+        shape = tuple((k, v) for k, v in c.where if k != "rounds")  # s/round does not depend on rounds
+        for fields, at in ((c.where, ""), (shape, " at other round counts"), ((), " at other budgets")):
+            src = [r for r in own if has_fields(r, fields)]
+            if src:
+                return src, f"{label} {len(src)} records{at}"
+    return task_recs, f"no record of {m}: all {len(task_recs)} records of {c.task}"
+
+
 def _cost(c: Claim, task_recs: list[dict]) -> str:
-    """The command for the claim's missing runs and their estimated cost: measured s/round
-    (seconds_total / rounds of the committed records of A and B on the task, those at the
-    claim's ``where`` if any, else of every record of the task) x rounds (the claim's
-    ``where``, else the records') x the runs still missing (A and B each at the task's seeds,
-    at least :data:`MIN_SEEDS`, less the seeds already recorded in the claim's cell), and the
-    training work those runs would do (measured TFLOPs per round, same records), from which
-    a GPU's time follows at its sustained rate. The command is :meth:`Claim.run_command`."""
+    """The command for the claim's missing runs and their estimated cost. Per method: the runs
+    still missing (the task's seeds, at least :data:`MIN_SEEDS`, less the seeds already recorded
+    in the claim's cell) x rounds (the claim's ``where``, else its records') x measured s/round
+    (``seconds_total`` / rounds of its own committed records on the task, those at the claim's
+    ``where`` if any; a method with none is timed from the other's, else from the task's, and
+    the text says so); and the training work those runs would do (measured TFLOPs per round,
+    same records), from which a GPU's time follows at its sustained rate. The command is
+    :meth:`Claim.run_command`."""
     if not c.command:
         return "no command: not a run this suite can do"
-    both = [r for r in task_recs if r["run"]["method"] in (c.a, c.b)]
-    at_budget = [r for r in both if has_fields(r, c.where)]
-    src = at_budget or both or task_recs
+    cmd = esc(c.run_command())
+    if not task_recs:
+        return f"{cmd}; cost not estimated (no committed record of {esc(c.task)} to time)"
     seeds = max(MIN_SEEDS, len({r["run"]["seed"] for r in task_recs}))
     where = c.where_values
-    cmd = esc(c.run_command())
-    spr = _per_round(src, "seconds_total")
-    if spr is None:
-        return f"{cmd}; cost not estimated (no committed record of {esc(c.task)} to time)"
-    rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["rounds"] for r in src)
-    done = {m: len(_seeds_recorded(c, task_recs, m)) for m in (c.a, c.b)}
-    runs = sum(max(0, seeds - n) for n in done.values())
-    have = "".join(f", {esc(m)} has {n} of them" for m, n in done.items() if n)
-    who = f"{c.a}, {c.b}" if both else f"all {c.task}"
-    tpr = _per_round(src, "tflops_total")
-    work = "" if tpr is None else (f"; {tpr * rounds * runs:,.0f} TFLOPs of training in all ({tpr:.2f} TFLOPs/round "
-                                   "measured; a GPU's time = that / its sustained TFLOP/s, not measured here)")
-    return (f"{cmd}; est. {spr * rounds * runs / 60:.0f} CPU-min = {spr:.1f} s/round (mean over "
-            f"{len(src)} committed records of {esc(who)}) x {rounds} rounds x {runs} runs (2 methods x {seeds} "
-            f"seeds{have}){work}")
+    minutes, tflops, parts, have = 0.0, 0.0, [], ""
+    for m, other in ((c.a, c.b), (c.b, c.a)):
+        done = len(_seeds_recorded(c, task_recs, m))
+        have += f", {esc(m)} has {done} of them" if done else ""
+        runs = max(0, seeds - done)
+        if not runs:
+            continue
+        src, label = _timing_source(m, other, c, task_recs)
+        spr = _per_round(src, "seconds_total")
+        if spr is None:
+            return f"{cmd}; cost not estimated (no timed record for {esc(m)})"
+        rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["rounds"] for r in src)
+        tpr = _per_round(src, "tflops_total")
+        minutes += spr * rounds * runs / 60
+        tflops = None if tflops is None or tpr is None else tflops + tpr * rounds * runs
+        parts.append(f"{esc(m)} {runs} runs x {rounds} rounds x {spr:.1f} s/round ({esc(label)}"
+                     + ("" if tpr is None else f", {tpr:.2f} TFLOPs/round") + ")")
+    work = "" if tflops is None or not parts else (f"; {tflops:,.0f} TFLOPs of training in all (measured per round; "
+                                                   "a GPU's time = that / its sustained TFLOP/s, not measured here)")
+    return (f"{cmd}; est. {minutes:.0f} CPU-min = {' + '.join(parts) or 'no run missing'} "
+            f"(2 methods x {seeds} seeds{have}){work}")
 
 
 def _pre_fix(recs: list[dict], fixes: Sequence[Fix]) -> tuple:
@@ -258,10 +282,12 @@ def _rules(m: int, n_records: int) -> list[str]:
         "- Pre-fix: paired records created before a correction of the method or setting was committed "
         "(`run.created_at` earlier than the fix's commit time, listed in `leaderboard/claims/fixes.yaml`); "
         "they show the behaviour before the fix.",
-        "- Estimated cost of a run not done here: measured s/round (seconds_total / rounds of the "
-        "committed records of A and B on the task) x rounds (the claim's budget) x runs (2 methods x seeds, at "
-        f"least {MIN_SEEDS}), on the machine that wrote those records; and the training work in TFLOPs "
-        "(measured per round on the same records), from which a GPU's time follows at its sustained rate.",
+        "- Estimated cost of the runs not done here, per method: runs missing (seeds, at least "
+        f"{MIN_SEEDS}, less those recorded) x rounds (the claim's budget) x measured s/round (seconds_total / "
+        "rounds of that method's committed records on the task: at the claim's budget, else at its other "
+        "fields, else any; a method with no record is timed from the other's and the text says so), on the "
+        "machine that wrote those records; and the training work in TFLOPs (measured per round on the same "
+        "records), from which a GPU's time follows at its sustained rate.",
     ]
 
 

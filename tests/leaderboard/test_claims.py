@@ -225,26 +225,69 @@ def test_where_picks_the_budget_even_when_the_table_drops_it():
 
 # ------------------------------------------------------------------ claims not run: command and cost
 def test_cost_counts_only_the_missing_runs_and_fills_where_into_the_command():
-    """A has seeds 0-2 in the claim's cell (iid, 1:1:1, rounds 4), B none there (only in 20/1.0):
-    runs still to do (5 - 3) + (5 - 0) = 7; measured 30 s/round and 0.5 TFLOPs/round x 4 rounds x
-    7 runs = 14 CPU-min and 14 TFLOPs."""
+    """A has seeds 0-2 in the claim's cell (iid, 1:1:1, rounds 4) at 30 s and 0.5 TFLOPs per
+    round, B none there (only in 20/1.0) at 60 s and 1.0 TFLOPs per round: each method's missing
+    runs are timed from its own records: A (5 - 3) x 4 rounds x 30 s + B (5 - 0) x 4 rounds x 60 s
+    = 240 + 1200 s = 24 CPU-min; 2 x 4 x 0.5 + 5 x 4 x 1.0 = 24 TFLOPs."""
     from fedbench.leaderboard.claims_report import evaluate
 
-    def rec(method, setting, seed):
+    def rec(method, setting, seed, spr=30.0, tpr=0.5):
         r = _budget_rec(method, setting, seed, 4)
         r["run"].update(task="task", resource_label="1:1:1", rounds_completed=4)
-        r["cost"].update(seconds_total=4 * 30.0, tflops_total=4 * 0.5)
+        r["cost"].update(seconds_total=4 * spr, tflops_total=4 * tpr)
         return r
 
-    recs = [rec("a", "iid", s) for s in (0, 1, 2)] + [rec("b", "20/1.0", s) for s in (0, 1)]
+    recs = [rec("a", "iid", s) for s in (0, 1, 2)] + [rec("b", "20/1.0", s, 60.0, 1.0) for s in (0, 1)]
     c = Claim("p", "T", "task", "a", "b", "1:1:1", (("rounds", "4"),), "g", "iid", "IID", 2.0, 1.0, 1, None,
               "sweep P --only method={a},{b} --only setting={setting} --only roc={roc} ({rounds} rounds)",
               "not legible")
     (o,) = evaluate([c], recs)
     assert o.verdict == NOT_TESTABLE and o.measured is None
-    assert o.cost.startswith("sweep P --only method=a,b --only setting=iid --only roc=1:1:1 (4 rounds); est. 14 CPU-min")
-    assert "x 4 rounds x 7 runs (2 methods x 5 seeds, a has 3 of them)" in o.cost
-    assert "; 14 TFLOPs of training" in o.cost
+    assert o.cost.startswith("sweep P --only method=a,b --only setting=iid --only roc=1:1:1 (4 rounds); est. 24 CPU-min")
+    assert "a 2 runs x 4 rounds x 30.0 s/round (a's 3 records, 0.50 TFLOPs/round)" in o.cost
+    assert "b 5 runs x 4 rounds x 60.0 s/round (b's 2 records, 1.00 TFLOPs/round)" in o.cost
+    assert "(2 methods x 5 seeds, a has 3 of them); 24 TFLOPs of training" in o.cost
+
+
+def test_cost_of_a_method_never_run_is_timed_from_the_other_and_says_so():
+    """B has no record on the task: its 5 runs are timed from A's 3 records (30 s/round), and the
+    text names that source instead of passing it off as B's: (2 + 5) x 4 x 30 s = 14 CPU-min."""
+    from fedbench.leaderboard.claims_report import evaluate
+
+    recs = []
+    for s in (0, 1, 2):
+        r = _budget_rec("a", "iid", s, 4)
+        r["run"].update(task="task", resource_label="1:1:1", rounds_completed=4)
+        r["cost"].update(seconds_total=4 * 30.0, tflops_total=4 * 0.5)
+        recs.append(r)
+    c = Claim("p", "T", "task", "a", "b", "1:1:1", (("rounds", "4"),), "g", "iid", "IID", 2.0, 1.0, 1, None,
+              "sweep P", "")
+    (o,) = evaluate([c], recs)
+    assert "est. 14 CPU-min" in o.cost
+    assert "b 5 runs x 4 rounds x 30.0 s/round (no record of b: a's 3 records" in o.cost
+    assert "records of a, b" not in o.cost
+
+
+def test_cost_times_from_records_at_the_claims_fields_before_other_budgets():
+    """A claim at (clients 50, rounds 8): A's records at clients 50 (4 rounds, 40 s/round) time it,
+    not its faster clients-10 records (10 s/round), since s/round does not depend on rounds:
+    5 runs x 8 rounds x 40 s = 1600 s = 27 CPU-min (26.7); B has its 5 seeds there already."""
+    from fedbench.leaderboard.claims_report import evaluate
+
+    def rec(method, seed, clients, rounds, spr):
+        r = _budget_rec(method, "iid", seed, rounds)
+        r["run"].update(task="task", resource_label="1:1:1", rounds_completed=rounds,
+                        variant={"rounds": rounds, "clients": clients})
+        r["cost"].update(seconds_total=rounds * spr, tflops_total=rounds * 0.1)
+        return r
+
+    recs = ([rec("a", s, 10, 4, 10.0) for s in (0, 1)] + [rec("a", s, 50, 4, 40.0) for s in (0, 1)]
+            + [rec("b", s, 50, 8, 5.0) for s in range(5)])
+    c = Claim("p", "T", "task", "a", "b", "1:1:1", (("clients", "50"), ("rounds", "8")), "g", "iid", "IID",
+              2.0, 1.0, 1, None, "sweep P", "")
+    (o,) = evaluate([c], recs)
+    assert "est. 27 CPU-min = a 5 runs x 8 rounds x 40.0 s/round (a's 2 records at other round counts" in o.cost
+    assert "b has 5 of them" in o.cost and "b 0 runs" not in o.cost
 
 
 @pytest.mark.parametrize("paper", ["fed_hello", "fedlora"])
