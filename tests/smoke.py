@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 SMALL_TASK_CONFIGS = {
     "tiny_vision": {"n_train_per_domain": 24, "n_test_per_domain": 8},
     "tiny_text": {"n_train": 160, "n_test": 48},
@@ -21,3 +23,11 @@ def shared_data(name: str) -> Path:
     here = Path(__file__).resolve()
     return next((p / "shared" / "data" / name for p in here.parents if (p / "shared" / "data" / name).is_dir()),
                 here.parents[2] / "shared" / "data" / name)
+
+
+def one_per_family(cases, fast) -> list:
+    """``cases`` as pytest params: those in ``fast`` plain, the others marked ``slow``. A check
+    repeated for every method of a family runs on one method per family in the default test
+    run, and on every method with ``-m slow`` (CI runs both)."""
+    return [c if c in fast else pytest.param(*(c if isinstance(c, tuple) else (c,)), marks=pytest.mark.slow)
+            for c in cases]

@@ -20,7 +20,7 @@ import fedbench.runners.packed as packed_module
 from fedbench.runners.experiment import Experiment
 from fedbench.runners.summary import PROCESS_MEASURES
 
-from smoke import SMALL_TASK_CONFIGS, shared_data
+from smoke import SMALL_TASK_CONFIGS, one_per_family, shared_data
 
 # 8 clients of 20 examples at batch 8: batches of 8, 8, 4 (a short last batch), 2 local epochs, at most
 # 5 steps (the second epoch stops early)
@@ -99,7 +99,12 @@ METHODS = {"fedavg": True, "fed_hello_fim": True, "fed_hello_rgd": True, "fed_he
            "inclusivefl": True, "all_small": True, "depthfl": False}
 
 
-@pytest.mark.parametrize("method", list(METHODS))
+#: one per family in the default run (whole model, layer subsets with a probe, ranks run sequentially,
+#: sub-models, multi-exit depth); the others with ``-m slow``
+PACKED_FAST = ("fedavg", "fed_hello_fim", "hetlora", "fedra", "depthfl")
+
+
+@pytest.mark.parametrize("method", one_per_family(list(METHODS), PACKED_FAST))
 def test_packed_gives_the_local_record_and_uploads(tmp_path, method):
     local, exp_l = run(tmp_path, method, "local", method_cfg=NO_DROPOUT)
     packed, exp_p = run(tmp_path, method, "packed", method_cfg=NO_DROPOUT)

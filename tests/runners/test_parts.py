@@ -22,7 +22,7 @@ from fedbench.runners.meters import storage_ptrs
 from fedbench.runners.parts import REST, compose, measure_parts
 from fedbench.runners.train import MeterCache
 
-from smoke import SMALL_TASK_CONFIGS
+from smoke import SMALL_TASK_CONFIGS, one_per_family
 
 B, D, C = 3, 8, 5
 
@@ -80,8 +80,14 @@ LAYER_METHODS = ["fed_hello", "fed_hello_rgd", "fed_hello_fim", "fed_hello_gd_tr
                  "flora"]
 
 
-@pytest.mark.parametrize("method, task", [(m, "tiny_text") for m in LAYER_METHODS]
-                         + [(m, "tiny_vision") for m in ("fedra_fulldepth", "depthfl")])
+#: one per way of allocating in the default run (layer sets, sub-models, ranks, exits, on text and a CNN);
+#: the others with ``-m slow``
+PARTS_FAST = (("fed_hello", "tiny_text"), ("fedra", "tiny_text"), ("hetlora", "tiny_text"), ("depthfl", "tiny_text"),
+              ("depthfl", "tiny_vision"))
+
+
+@pytest.mark.parametrize("method, task", one_per_family(
+    [(m, "tiny_text") for m in LAYER_METHODS] + [(m, "tiny_vision") for m in ("fedra_fulldepth", "depthfl")], PARTS_FAST))
 def test_composed_figures_equal_direct_measurements(tmp_path, monkeypatch, method, task):
     """Random allocations (layer sets, sub-models, ranks, exits): each client-round's
     composed figures equal a direct measurement of that client-round's step."""
