@@ -103,11 +103,11 @@ def _timing_source(m: str, other: str, c: Claim, task_recs: list[dict]) -> tuple
     claim's ``where``, else at its fields other than rounds, else all), else the other method's
     (chosen the same way), else every record of the task; the label says which, so a method
     never run here is not passed off as measured."""
+    shape = tuple((k, v) for k, v in c.where if k != "rounds")  # s/round does not depend on rounds
     for who, label in ((m, f"{m}'s"), (other, f"no record of {m}: {other}'s")):
         own = [r for r in task_recs if r["run"]["method"] == who]
         if not own:
             continue
-        shape = tuple((k, v) for k, v in c.where if k != "rounds")  # s/round does not depend on rounds
         for fields, at in ((c.where, ""), (shape, " at other round counts"), ((), " at other budgets")):
             src = [r for r in own if has_fields(r, fields)]
             if src:
@@ -119,9 +119,8 @@ def _cost(c: Claim, task_recs: list[dict]) -> str:
     """The command for the claim's missing runs and their estimated cost. Per method: the runs
     still missing (the task's seeds, at least :data:`MIN_SEEDS`, less the seeds already recorded
     in the claim's cell) x rounds (the claim's ``where``, else its records') x measured s/round
-    (``seconds_total`` / rounds of its own committed records on the task, those at the claim's
-    ``where`` if any; a method with none is timed from the other's, else from the task's, and
-    the text says so); and the training work those runs would do (measured TFLOPs per round,
+    (``seconds_total`` / rounds of the records :func:`_timing_source` picks: its own where it
+    has any, and the text says which); and the training work those runs would do (measured TFLOPs per round,
     same records), from which a GPU's time follows at its sustained rate. The command is
     :meth:`Claim.run_command`."""
     if not c.command:

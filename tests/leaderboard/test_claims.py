@@ -224,6 +224,15 @@ def test_where_picks_the_budget_even_when_the_table_drops_it():
 
 
 # ------------------------------------------------------------------ claims not run: command and cost
+def _timed_rec(method, setting, seed, rounds, spr, tpr, **variant):
+    """A record of ``task`` at 1:1:1 with ``rounds`` completed at ``spr`` s and ``tpr`` TFLOPs per round."""
+    r = _budget_rec(method, setting, seed, rounds)
+    r["run"].update(task="task", resource_label="1:1:1", rounds_completed=rounds)
+    r["run"]["variant"].update(variant)
+    r["cost"].update(seconds_total=rounds * spr, tflops_total=rounds * tpr)
+    return r
+
+
 def test_cost_counts_only_the_missing_runs_and_fills_where_into_the_command():
     """A has seeds 0-2 in the claim's cell (iid, 1:1:1, rounds 4) at 30 s and 0.5 TFLOPs per
     round, B none there (only in 20/1.0) at 60 s and 1.0 TFLOPs per round: each method's missing
@@ -231,13 +240,8 @@ def test_cost_counts_only_the_missing_runs_and_fills_where_into_the_command():
     = 240 + 1200 s = 24 CPU-min; 2 x 4 x 0.5 + 5 x 4 x 1.0 = 24 TFLOPs."""
     from fedbench.leaderboard.claims_report import evaluate
 
-    def rec(method, setting, seed, spr=30.0, tpr=0.5):
-        r = _budget_rec(method, setting, seed, 4)
-        r["run"].update(task="task", resource_label="1:1:1", rounds_completed=4)
-        r["cost"].update(seconds_total=4 * spr, tflops_total=4 * tpr)
-        return r
-
-    recs = [rec("a", "iid", s) for s in (0, 1, 2)] + [rec("b", "20/1.0", s, 60.0, 1.0) for s in (0, 1)]
+    recs = ([_timed_rec("a", "iid", s, 4, 30.0, 0.5) for s in (0, 1, 2)]
+            + [_timed_rec("b", "20/1.0", s, 4, 60.0, 1.0) for s in (0, 1)])
     c = Claim("p", "T", "task", "a", "b", "1:1:1", (("rounds", "4"),), "g", "iid", "IID", 2.0, 1.0, 1, None,
               "sweep P --only method={a},{b} --only setting={setting} --only roc={roc} ({rounds} rounds)",
               "not legible")
@@ -254,12 +258,7 @@ def test_cost_of_a_method_never_run_is_timed_from_the_other_and_says_so():
     text names that source instead of passing it off as B's: (2 + 5) x 4 x 30 s = 14 CPU-min."""
     from fedbench.leaderboard.claims_report import evaluate
 
-    recs = []
-    for s in (0, 1, 2):
-        r = _budget_rec("a", "iid", s, 4)
-        r["run"].update(task="task", resource_label="1:1:1", rounds_completed=4)
-        r["cost"].update(seconds_total=4 * 30.0, tflops_total=4 * 0.5)
-        recs.append(r)
+    recs = [_timed_rec("a", "iid", s, 4, 30.0, 0.5) for s in (0, 1, 2)]
     c = Claim("p", "T", "task", "a", "b", "1:1:1", (("rounds", "4"),), "g", "iid", "IID", 2.0, 1.0, 1, None,
               "sweep P", "")
     (o,) = evaluate([c], recs)
@@ -274,15 +273,9 @@ def test_cost_times_from_records_at_the_claims_fields_before_other_budgets():
     5 runs x 8 rounds x 40 s = 1600 s = 27 CPU-min (26.7); B has its 5 seeds there already."""
     from fedbench.leaderboard.claims_report import evaluate
 
-    def rec(method, seed, clients, rounds, spr):
-        r = _budget_rec(method, "iid", seed, rounds)
-        r["run"].update(task="task", resource_label="1:1:1", rounds_completed=rounds,
-                        variant={"rounds": rounds, "clients": clients})
-        r["cost"].update(seconds_total=rounds * spr, tflops_total=rounds * 0.1)
-        return r
-
-    recs = ([rec("a", s, 10, 4, 10.0) for s in (0, 1)] + [rec("a", s, 50, 4, 40.0) for s in (0, 1)]
-            + [rec("b", s, 50, 8, 5.0) for s in range(5)])
+    recs = ([_timed_rec("a", "iid", s, 4, 10.0, 0.1, clients=10) for s in (0, 1)]
+            + [_timed_rec("a", "iid", s, 4, 40.0, 0.1, clients=50) for s in (0, 1)]
+            + [_timed_rec("b", "iid", s, 8, 5.0, 0.1, clients=50) for s in range(5)])
     c = Claim("p", "T", "task", "a", "b", "1:1:1", (("clients", "50"), ("rounds", "8")), "g", "iid", "IID",
               2.0, 1.0, 1, None, "sweep P", "")
     (o,) = evaluate([c], recs)
