@@ -25,9 +25,9 @@ def shared_data(name: str) -> Path:
                 here.parents[2] / "shared" / "data" / name)
 
 
-def one_per_family(cases, fast) -> list:
-    """``cases`` as pytest params: those in ``fast`` plain, the others marked ``slow``. A check
-    repeated for every method of a family runs on one method per family in the default test
-    run, and on every method with ``-m slow`` (CI runs both)."""
-    return [c if c in fast else pytest.param(*(c if isinstance(c, tuple) else (c,)), marks=pytest.mark.slow)
+def one_per_family(cases, fast, *marks) -> list:
+    """``cases`` as pytest params: those in ``fast`` plain, the others marked ``slow`` (and
+    ``marks``). A check repeated for every method of a family runs on one method per family in
+    the default test run, and on every method with ``-m slow`` (CI runs both)."""
+    return [c if c in fast else pytest.param(*(c if isinstance(c, tuple) else (c,)), marks=[pytest.mark.slow, *marks])
             for c in cases]

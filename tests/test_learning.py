@@ -62,6 +62,7 @@ from fedbench.methods.base import ClientPlan, LocalPhase
 from fedbench.methods.fedsa_lora import FedSALoRA
 from fedbench.methods.own_model import Standalone
 from fedbench.runners.experiment import Experiment
+from smoke import one_per_family
 from test_conformance import LEARN_CASES, LEARN_DATA, task_config_for
 
 #: run seeds every method and reference is run with (paired by seed)
@@ -238,14 +239,9 @@ def test_broken_variants_fail(method, task, broken_methods, tmp_path_factory):
     assert shortfalls(method, task, tmp_path_factory), f"{method} passed the learning check"
 
 
-def _case(method: str, task: str):
-    if method in FAST:
-        return pytest.param(method, task)
-    return pytest.param(method, task, marks=[pytest.mark.slow, pytest.mark.skipif(
-        not os.environ.get("FEDBENCH_LEARNING_ALL"), reason="learning check of every method: FEDBENCH_LEARNING_ALL=1")])
-
-
-@pytest.mark.parametrize("method,task", [_case(m, t) for m, t in LEARN_CASES])
+@pytest.mark.parametrize("method,task", one_per_family(
+    LEARN_CASES, [(m, t) for m, t in LEARN_CASES if m in FAST],
+    pytest.mark.skipif(not os.environ.get("FEDBENCH_LEARNING_ALL"), reason="learning check of every method: FEDBENCH_LEARNING_ALL=1")))
 def test_method_learns(method, task, broken_methods, tmp_path_factory):
     missing = shortfalls(method, task, tmp_path_factory)
     assert not missing, "\n".join(missing)
