@@ -70,6 +70,7 @@ class ClientPlan:
     lora_alpha: float | None = None  # alpha of its LoRA adapter (rank methods); None = the global alpha
     arch: str | None = None  # which of the task's architectures its model is (Task.archs); None = the default
     extra: dict[str, Any] = field(default_factory=dict)
+    factor: Literal["A", "B"] | None = None  # the one LoRA factor it trains and sends (Method.trained_factor); None = both
 
     def __post_init__(self) -> None:
         self.train_layers = tuple(sorted(int(j) for j in self.train_layers))
@@ -181,6 +182,11 @@ class MethodContext:
         return self.keys_for_layers(range(self.n_layers))
 
 
+#: the LoRA factors' tensor suffixes (peft's names): A (r, d_in) down-projection, B (d_out, r) up-projection
+LORA_FACTORS: dict[str, str] = {"A": ".lora_A.weight", "B": ".lora_B.weight"}
+#: suffix of a :meth:`Method.client_masks` mask in a client's upload (``<tensor><suffix>``)
+MASK_SFX = ".train_mask"
+
 EXTRA_PREFIX = "fedbench_extra"  # where the runner attaches ``Method.extra_modules`` in a client's model
 
 
@@ -219,6 +225,7 @@ class Method:
       ``traffic``              bytes down and up of a client-round, and other down counts
     Local training
       ``local_phases``         the phases, what each trains, its epochs and lr factor
+      ``client_masks``         entries of the trained tensors a client trains, chosen on its data (uploaded)
       ``client_loss``          the loss of a phase (default: the task's loss + ``local_loss``)
       ``local_loss``           an extra loss term
       ``hidden_blocks``        blocks whose outputs ``client_loss`` / ``eval_logits`` read
@@ -232,6 +239,9 @@ class Method:
     Model extensions
       ``extra_modules``        trainable modules added to every model (early exits, shared models)
       ``layout``               structural facts recorded in ``run.method_layout``
+    Alternation and budgets (RoLoRA, LoRA-A2: shared/docs/methods-2027.md)
+      ``trained_factor``       the one LoRA factor (A or B) clients train in a round; None = both
+      ``upload_budget``        the most bytes a client may send up; the round loop refuses more
     State
       ``base_weights_needed``  frozen base tensors the initial state must hold
       ``init_state``           the global state from the initial model's tensors
@@ -305,8 +315,13 @@ class Method:
         return self.ctx.keys_for_layers(blocks, head=True)
 
     def upload_keys(self, plan: ClientPlan) -> list[str]:
-        """Names of the model tensors the client sends back: what it trained."""
-        return self.ctx.keys_for_layers(plan.train_layers, head=plan.train_head)
+        """Names of the model tensors the client sends back: what it trained (with
+        ``plan.factor``, of the LoRA only that factor)."""
+        keys = self.ctx.keys_for_layers(plan.train_layers, head=plan.train_head)
+        if plan.factor is None:
+            return keys
+        other = LORA_FACTORS["B" if plan.factor == "A" else "A"]
+        return [k for k in keys if not k.endswith(other)]
 
     def traffic(self, plan: ClientPlan, payload: Mapping[str, torch.Tensor],
                 upload: Mapping[str, torch.Tensor]) -> Traffic:
@@ -391,6 +406,29 @@ class Method:
     def layout(self) -> dict[str, Any]:
         """Structural facts of this run's method worth recording (JSON-serialisable), written
         to ``run.method_layout``, e.g. where DepthFL's classifiers sit. Default: none."""
+        return {}
+
+    # -- alternation and budgets (RoLoRA, LoRA-A2) --------------------------------------
+    def trained_factor(self, rnd: int) -> Literal["A", "B"] | None:
+        """The one LoRA factor every client trains (and uploads) in round ``rnd`` (1-based),
+        the other frozen and shared so that the average is exact; a method's ``plan`` puts
+        it in ``ClientPlan.factor``, which the default ``upload_keys`` honours. Default None:
+        both factors."""
+        return None
+
+    def upload_budget(self, plan: ClientPlan) -> int | None:
+        """The most bytes ``plan``'s client may send up (its ``Traffic.up_bytes``); the round
+        loop refuses a client-round over it (a method that breaks its own budget is a bug).
+        Default None: no budget."""
+        return None
+
+    def client_masks(self, task: Any, model: torch.nn.Module, batches: Callable[[], Iterable[Any]],
+                     plan: ClientPlan) -> dict[str, torch.Tensor]:
+        """Called on the client before local training (its payload loaded; ``batches()``
+        iterates over its data): {tensor name: bool mask broadcastable to the tensor}. Only
+        the entries a mask selects train (the shared loop zeroes the other gradients and
+        restores the other entries after each step), and each mask is uploaded as
+        ``<name>`` + :data:`MASK_SFX`. Default: none (every entry of a trained tensor trains)."""
         return {}
 
     # -- state -------------------------------------------------------------------------

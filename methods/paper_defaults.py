@@ -12,7 +12,9 @@ classification row.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -34,3 +36,11 @@ PAPER_DEFAULTS: dict[str, PaperDefaults] = {
 def paper_defaults(task_kind: str) -> PaperDefaults:
     """The row of ``task_kind`` (the classification row for a kind the table lacks)."""
     return PAPER_DEFAULTS.get(task_kind, PAPER_DEFAULTS["classification"])
+
+
+def with_paper_rank(config: Any, task_kind: str) -> Any:
+    """``config`` (a method config) with ``lora_r`` None replaced by the paper's rank for
+    ``task_kind`` (the rank methods' r_max, the alternating methods' global rank)."""
+    if config.lora_r is None:
+        return dataclasses.replace(config, lora_r=paper_defaults(task_kind).lora_r)
+    return config

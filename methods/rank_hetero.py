@@ -28,19 +28,19 @@ that evaluation only (``AdapterModel.base_overlay``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
 from fedbench.config import cfg_field
 from fedbench.errors import UserError
 from fedbench.methods.aggregation import weighted_mean_by_key
-from fedbench.methods.base import ClientPlan, ClientUpdate, Method, MethodConfig, MethodState
-from fedbench.methods.paper_defaults import paper_defaults
+from fedbench.methods.base import (LORA_FACTORS, ClientPlan, ClientProfile, ClientUpdate, Method, MethodConfig,
+                                   MethodState)
+from fedbench.methods.paper_defaults import with_paper_rank
 
-A_SFX, B_SFX = ".lora_A.weight", ".lora_B.weight"
+A_SFX, B_SFX = LORA_FACTORS["A"], LORA_FACTORS["B"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -74,6 +74,14 @@ def active_lora_pairs(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, 
     return out
 
 
+def check_tier_ranks(profiles: Iterable[ClientProfile], r_max: int) -> None:
+    """Refuse (one line) a tier rank above the global rank ``r_max``."""
+    too_big = sorted({p.rank for p in profiles if p.rank > r_max})
+    if too_big:
+        raise UserError(f"tier rank {too_big[-1]} exceeds the global rank lora_r={r_max}; "
+                        f"set method.lora_r >= {too_big[-1]} or lower run.tier_ranks")
+
+
 # ----------------------------------------------------------------------------- base class
 @dataclass(frozen=True)
 class RankConfig(MethodConfig):
@@ -98,15 +106,10 @@ class RankMethod(Method):
     @classmethod
     def resolve_config(cls, config, task_kind):
         """r_max = ``lora_r``, or None -> the paper's for the task kind (``paper_defaults``)."""
-        if config.lora_r is None:
-            config = dataclasses.replace(config, lora_r=paper_defaults(task_kind).lora_r)
-        return config
+        return with_paper_rank(config, task_kind)
 
     def _check_ranks(self, profiles) -> None:
-        too_big = sorted({p.rank for p in profiles if p.rank > self.r_max})
-        if too_big:
-            raise UserError(f"tier rank {too_big[-1]} exceeds the global rank lora_r={self.r_max}; "
-                            f"set method.lora_r >= {too_big[-1]} or lower run.tier_ranks")
+        check_tier_ranks(profiles, self.r_max)
 
     # -- scaling ---------------------------------------------------------------------
     def client_alpha(self, rank: int) -> float:

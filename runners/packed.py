@@ -60,6 +60,8 @@ def unpackable(method: Method, task: Task, am, plan: ClientPlan, phases: tuple[L
         return "the method's client loss is its own"
     if type(method).client_statistics is not Method.client_statistics:
         return "the method uploads statistics of the trained model"
+    if type(method).client_masks is not Method.client_masks:
+        return "the method scores its data before training (client_masks)"
     if method.hidden_blocks(plan):
         return "the method reads hidden states"
     if len(phases) != 1:

@@ -7,8 +7,9 @@
 3. build a :class:`~fedbench.runners.worker.ClientJob` per training client: its payload
    and its private state from the client store, read when the job is handed out;
 4. the executor runs the jobs (``local``: one after another; ``ray``: on actors);
-5. each result's traffic is counted through ``Method.traffic`` (the one place), its
-   private state goes back to the store, its upload becomes a ``ClientUpdate``;
+5. each result's traffic is counted through ``Method.traffic`` (the one place) and held
+   to ``Method.upload_budget``, its private state goes back to the store, its upload
+   becomes a ``ClientUpdate``;
 6. the method aggregates; the global model is evaluated on the round's schedule;
 7. callbacks get the round's log and the run state; any may return a ``Stop``.
 
@@ -105,6 +106,10 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
         loop.executor.listen(progress)
         for (plan, payload), res in zip(entries, loop.executor.execute(jobs())):
             traffic = method.traffic(plan, payload, res.upload)
+            budget = method.upload_budget(plan)
+            if budget is not None and traffic.up_bytes > budget:
+                raise RuntimeError(f"client {plan.client} sent {traffic.up_bytes} bytes up in round {rnd}, over "
+                                   f"its upload budget of {budget} (Method.upload_budget)")
             res.cost.down_bytes, res.cost.up_bytes = traffic.down_bytes, traffic.up_bytes
             res.cost.down_variants = dict(traffic.down_variants)
             loop.store.put(plan.client, res.private)  # kept by the store, not by this round

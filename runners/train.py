@@ -2,8 +2,9 @@
 
 ``train_client`` loads a client's tensors (payload + private state) into the model of its
 architecture, runs the method's local phases (each makes exactly its tensors trainable:
-real freezing), optionally on the planned subset of blocks, and returns the tensors to
-upload and the private state to keep. The first step of a client-round gets its FLOPs
+real freezing; entries outside a ``Method.client_masks`` mask stay frozen too), optionally
+on the planned subset of blocks, and returns the tensors to upload (with the masks) and
+the private state to keep. The first step of a client-round gets its FLOPs
 (forward/backward) and accounted memory from a :class:`MeterCache`: the step's figures
 are composed from per-part measurements (each block and the rest of the model, by state:
 :mod:`~fedbench.runners.parts`), and only a part state never seen before costs one
@@ -23,9 +24,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from fedbench.methods.base import ClientPlan, LocalPhase, Method, tensor_bytes
+from fedbench.methods.base import MASK_SFX, ClientPlan, LocalPhase, Method, tensor_bytes
 from fedbench.runners.adapters import AdapterModel, DEFAULT_ADAPTER
-from fedbench.runners.meters import ClientCost, Stopwatch, optimizer_state_bytes
+from fedbench.runners.meters import ClientCost, Stopwatch, count_flops, optimizer_state_bytes
 from fedbench.runners.precision import autocast
 from fedbench.runners.parts import StepProbe, compose, measure_parts
 from fedbench.tasks.base import Task, iterate_batches, to_device
@@ -132,6 +133,12 @@ def train_client(
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         am.model.train()
+
+        def batches() -> Iterator[Any]:
+            for b in iterate_batches(dataset, np.sort(indices), settings.batch_size, task.collate):
+                yield to_device(b, device)
+
+        masks = client_masks(am, task, method, batches, plan, cost, meter is not None)
         losses: list[float] = []
         phases = method.local_phases(plan)
         steps = planned_steps(len(indices), settings.batch_size,
@@ -139,18 +146,16 @@ def train_client(
                               settings.max_steps)
         for phase in phases:
             losses += _run_phase(am, task, method, dataset, indices, plan, phase, settings, rng, hidden, cost,
-                                 meter, (arch, adapter), None if on_step is None else lambda s: on_step(s, steps))
+                                 meter, (arch, adapter), None if on_step is None else lambda s: on_step(s, steps),
+                                 masks)
         am.model.eval()
         if device.type == "cuda":
             inactive = 0 if plan.blocks is None else sum(
                 b for j, b in am.block_bytes.items() if j not in set(plan.blocks))
             cost.cuda_peak_bytes = int(torch.cuda.max_memory_allocated(device)) - inactive
         upload = am.read(method.upload_keys(plan), adapter)
+        upload.update({k + MASK_SFX: m.detach().clone() for k, m in masks.items()})
         private = am.read(private_keys, adapter)
-
-        def batches() -> Iterator[Any]:
-            for b in iterate_batches(dataset, np.sort(indices), settings.batch_size, task.collate):
-                yield to_device(b, device)
 
         with torch.no_grad():
             upload.update(method.client_statistics(task, am.model, batches, plan))
@@ -160,19 +165,53 @@ def train_client(
     return upload, private, cost
 
 
+def client_masks(am: AdapterModel, task: Task, method: Method, batches: Callable[[], Iterator[Any]],
+                 plan: ClientPlan, cost: ClientCost, metered: bool) -> dict[str, torch.Tensor]:
+    """The method's :meth:`~fedbench.methods.base.Method.client_masks` of this client (its
+    payload loaded); with ``metered`` (``run.measure_flops``) the scoring's FLOPs, counted by
+    ``FlopCounterMode``, are added to ``cost.flops_total``."""
+    if not metered:
+        return method.client_masks(task, am.model, batches, plan)
+    with count_flops() as fc:
+        masks = method.client_masks(task, am.model, batches, plan)
+    cost.flops_total += float(fc.get_total_flops())
+    return masks
+
+
+class MaskedParams:
+    """The trained tensors of a phase that a :meth:`Method.client_masks` mask restricts:
+    ``zero_grads`` after backward (clipping and the optimizer see only selected entries),
+    ``restore`` after the optimizer step (weight decay or momentum cannot move the others)."""
+
+    def __init__(self, pairs: list[tuple[torch.nn.Parameter, torch.Tensor]]):
+        self.pairs = [(p, m.to(device=p.device, dtype=torch.bool), p.detach().clone()) for p, m in pairs]
+
+    def zero_grads(self) -> None:
+        for p, m, _ in self.pairs:
+            if p.grad is not None:
+                p.grad.mul_(m)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for p, m, frozen in self.pairs:
+            p.copy_(torch.where(m, p, frozen))
+
+
 def _run_phase(am, task, method, dataset, indices, plan, phase: LocalPhase, settings, rng, hidden, cost,
-               meter, shape_key, on_step: Callable[[int], None] | None) -> list[float]:
+               meter, shape_key, on_step: Callable[[int], None] | None,
+               masks: dict[str, torch.Tensor]) -> list[float]:
     params = am.set_trainable(phase.trainable, shape_key[1])
     opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
+    masked = MaskedParams([(am.param(k, shape_key[1]), m) for k, m in masks.items() if k in phase.trainable])
     losses: list[float] = []
     for batch in phase_batches(task, dataset, indices, phase, settings, rng, am.device):
         bsz = _batch_size(batch)
         if meter is not None and cost.steps == 0:
             loss = _metered_step(am, task, method, plan, phase, batch, params, opt, settings, cost, hidden,
-                                 meter, shape_key)
+                                 meter, shape_key, masked)
             cost.first_batch = bsz
         else:
-            loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
+            loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden, masked)
         if cost.first_batch:
             cost.flops_total += (cost.flops_forward_step + cost.flops_backward_step) * bsz / cost.first_batch
         losses.append(loss)
@@ -235,20 +274,25 @@ def _finish(loss: torch.Tensor, plan: ClientPlan) -> float:
     return value
 
 
-def _step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, hidden) -> float:
+def _step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, hidden,
+          masked: MaskedParams | None = None) -> float:
     opt.zero_grad(set_to_none=True)
     with autocast(am.device, s.precision):
         loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
     value = _finish(loss, plan)
     loss.backward()
+    if masked is not None:
+        masked.zero_grads()
     if s.grad_clip:
         torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
     opt.step()
+    if masked is not None:
+        masked.restore()
     return value
 
 
 def _metered_step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, cost: ClientCost, hidden,
-                  meter: MeterCache, shape_key: tuple) -> float:
+                  meter: MeterCache, shape_key: tuple, masked: MaskedParams | None = None) -> float:
     """An ordinary step whose FLOPs and saved bytes are composed from the parts' figures
     (:mod:`~fedbench.runners.parts`); when a part is in a state never seen, one more
     forward and backward of the same batch after the step measures every part (random
@@ -261,7 +305,7 @@ def _metered_step(am, task, method, plan, phase, batch, params, opt, s: TrainSet
     base = shape_key + (phase.name, _shape(batch), s.precision)
     probe = StepProbe(blocks, shape_key[1])
     with probe.track():
-        value = _step(am, task, method, plan, phase, batch, params, opt, s, hidden)
+        value = _step(am, task, method, plan, phase, batch, params, opt, s, hidden, masked)
     keys = probe.keys(base, rest_trainable, hidden_pos)
     figures = compose(meter.figures, keys)
     if figures is None:

@@ -21,6 +21,7 @@ from fedbench.runners.experiment import Experiment
 from fedbench.runners.summary import PROCESS_MEASURES
 
 from smoke import SMALL_TASK_CONFIGS, one_per_family, shared_data
+from tee import Tee
 
 # 8 clients of 20 examples at batch 8: batches of 8, 8, 4 (a short last batch), 2 local epochs, at most
 # 5 steps (the second epoch stops early)
@@ -43,22 +44,6 @@ def test_rows_are_gathered_on_cuda_only_and_cpu_groups_keep_one_block_set(tmp_pa
     packed, exp_p = run(tmp_path, "fedra", "packed", method_cfg=NO_DROPOUT)
     same_record(local, packed)
     same_results(exp_l, exp_p)
-
-
-class Tee(Experiment):
-    """Keeps every client result its executor gives (round, client) -> result."""
-
-    def make_executor(self):
-        executor = super().make_executor()
-        self.results, inner = {}, executor.execute
-
-        def execute(jobs):
-            for job_res in inner(jobs):
-                self.results[(len(self.state.logs) + 1, job_res.client)] = job_res
-                yield job_res
-        executor.execute = execute
-        self.executor = executor
-        return executor
 
 
 def run(tmp_path, method, executor, run_cfg=None, method_cfg=None, task="tiny_text", task_cfg=None):
