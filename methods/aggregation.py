@@ -244,20 +244,33 @@ def flat_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def fair_correction(a_bar: torch.Tensor, b_bar: torch.Tensor, target: torch.Tensor, lam: float, steps: int,
                     lr: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LoRA-FAIR's correction of the averaged B (Bian et al., ICCV 2025, Sec. 3):
-    dB* = argmin_dB [1 - cos(target, (B_bar + dB) A_bar)] + lam ||dB||_F^2, the cosine over
-    the flattened matrices, by ``steps`` plain SGD steps of rate ``lr`` from dB = 0 in
+    dB* = argmin_dB [1 - cos(target, (B_bar + dB) A_bar)] + lam ||dB / sigma||_F^2, the cosine
+    over the flattened matrices, by ``steps`` plain SGD steps of rate ``lr`` from dB = 0 in
     float32 (the spec's fixed solver). A_bar (..., r, d_in), B_bar (..., d_out, r), target
     (..., d_out, d_in): leading axes are independent problems (modules of one shape solved
     together). Returns dB (..., d_out, r) and the cosines before and after (...). Per
     problem the iterate with the lowest objective is returned (dB = 0 included), so the
-    cosine never drops below B_bar A_bar's (the objective falls by at least lam ||dB||^2).
+    cosine never drops below B_bar A_bar's (the objective falls by at least lam ||dB / sigma||^2).
+
+    **Scale-free** (benchmark reading): the paper states its objective as a cosine, which
+    does not depend on the factors' scale, plus lam ||dB||^2 with no unit. Solved as written
+    (absolute ||dB||^2, SGD at rate 0.01) the result depends on the scale: at |dW| ~ 1e-3
+    dB came out 3x B_bar, and the same problem x1000 was left unchanged (audit, 2026-11-28).
+    So dB is measured in units of sigma = ||target||_F / ||A_bar||_F (the size of a B whose
+    product with A_bar has the target's size): the SGD runs on u = dB / sigma and B_bar /
+    sigma, with lam ||u||^2. Scaling (B_bar, target) by c scales dB by c; scaling (A_bar,
+    target) by c leaves dB unchanged; the cosines are the same (tests/methods/test_lora_fair.py).
 
     The gradient is written out (no autograd: the server runs this T times per round):
-    with X = (B_bar + dB) A_bar and c = cos(T, X), d c / d X = T / (|T| |X|) - c X / |X|^2,
-    so a step is dB -= lr (-(d c / d X) A_bar^T + 2 lam dB)."""
-    a, b, t = a_bar.detach().float(), b_bar.detach().float(), target.detach().float()
+    with X = (B_bar / sigma + u) A_bar and c = cos(T, X), d c / d X = T / (|T| |X|) - c X / |X|^2,
+    so a step is u -= lr (-(d c / d X) A_bar^T + 2 lam u)."""
+    a, b0, t = a_bar.detach().float(), b_bar.detach().float(), target.detach().float()
     dims = (-2, -1)
     t_norm = t.norm(dim=dims, keepdim=True).clamp_min(1e-30)
+    a_norm = a.norm(dim=dims, keepdim=True)
+    sigma = torch.where((t.norm(dim=dims, keepdim=True) > 0) & (a_norm > 0), t_norm / a_norm.clamp_min(1e-30),
+                        torch.ones_like(t_norm))  # (..., 1, 1)
+    b = b0 / sigma
     db = torch.zeros_like(b)
     best = torch.full(b.shape[:-2], float("inf"))
     best_db = db
@@ -273,7 +286,8 @@ def fair_correction(a_bar: torch.Tensor, b_bar: torch.Tensor, target: torch.Tens
             break
         d_cos = t / (t_norm * x_norm) - cos * x / x_norm ** 2  # (..., d_out, d_in)
         db = db - lr * (-(d_cos @ a.transpose(-2, -1)) + 2 * lam * db)
-    return best_db, flat_cosine(t, b @ a), flat_cosine(t, (b + best_db) @ a)
+    best_db = best_db * sigma
+    return best_db, flat_cosine(t, b0 @ a), flat_cosine(t, (b0 + best_db) @ a)
 
 
 def ridge_correction(a_bar: torch.Tensor, b_bar: torch.Tensor, target: torch.Tensor, lam: float) -> torch.Tensor:
@@ -290,8 +304,9 @@ def sign_gradient_factors(grad: torch.Tensor, r: int, step: float,
     """Fed-SB's initialisation (LoRA-SB ``find_and_initialize_grad``): G_hat = -step sign(G);
     the SVD G_hat^T = U S V^T gives A = U_r^T (r, d_in), B = V_r (d_out, r) and
     R0 = diag(S_r) / s (r, r), so that s B R0 A is G_hat's best rank-r approximation (one
-    sign-gradient step from W0). Exact SVD (the authors call ``torch.svd_lowrank``, which
-    draws from the global RNG); a matrix with fewer than r singular values is zero-padded."""
+    sign-gradient step from W0; the authors' code uses R0 = diag(S_r), equal at alpha = r).
+    Exact SVD (the authors call ``torch.svd_lowrank``, which draws from the global RNG); a
+    matrix with fewer than r singular values is zero-padded."""
     g_hat = -step * torch.sign(grad.float())  # (d_out, d_in)
     u, sv, vh = torch.linalg.svd(g_hat.T, full_matrices=False)  # u (d_in, k), vh (k, d_out)
     k = min(r, sv.numel())

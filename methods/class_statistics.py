@@ -181,6 +181,6 @@ class FedProto(StatisticsMethod):
     def eval_logits(self, task, model, batch, hidden):
         _, feats, logits = self.split(model, batch["x"])
         p, n = self.global_stats(model)
-        dist = torch.cdist(feats, p).pow(2).masked_fill(n[None, :] <= 0, float("inf"))  # (B, C)
+        dist = fm.prototype_distances(feats, p, n)  # (B, C)
         # argmax of -dist = nearest_prototype; with no prototype at all every class ties (predicts 0)
         return {"local": logits, "proto": torch.nan_to_num(-dist, neginf=-1e30)}

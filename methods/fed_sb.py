@@ -70,7 +70,9 @@ class FedSB(Method):
     the server sums G = sum_k G_k and sets, per module
     (:func:`~fedbench.methods.aggregation.sign_gradient_factors`), G_hat = -eta sign(G),
     G_hat^T = U S V^T, A = U_r^T, B = V_r, R0 = diag(S_r) / s: the model starts one
-    sign-gradient step from W0. Exact SVD instead of ``torch.svd_lowrank`` (whose global
+    sign-gradient step from W0. The authors' code sets R0 = diag(S_r), without / s: the
+    same at alpha = r (s = 1, their setting and our default), a step s times too large
+    otherwise; dividing by s keeps the model one sign-gradient step from W0 at any alpha. Exact SVD instead of ``torch.svd_lowrank`` (whose global
     RNG reset is a pitfall of the authors' code). Rounds 2..T: clients train R (and the
     head) from the global R; server R_bar = mean R_k (uniform), head averaged; exact:
     mean(B R_k A) = B R_bar A. Budgets are ignored (every client, every layer, rank r).

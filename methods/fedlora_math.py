@@ -129,13 +129,20 @@ def proto_loss(features: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, pr
     return lam * (features[keep] - protos[y[keep]]).pow(2).mean()
 
 
+def prototype_distances(features: torch.Tensor, protos: torch.Tensor, proto_counts: torch.Tensor) -> torch.Tensor:
+    """FedProto's distances (Tan et al. 2022, Sec. 4 inference): squared L2 from each of the
+    (B, D) features to each (C, D) global prototype, (B, C); inf for a class without a
+    prototype (count 0)."""
+    dist = torch.cdist(features, protos).pow(2)  # (B, C)
+    return dist.masked_fill(proto_counts[None, :] <= 0, float("inf"))
+
+
 def nearest_prototype(features: torch.Tensor, protos: torch.Tensor, proto_counts: torch.Tensor) -> torch.Tensor:
     """FedProto inference: the class whose global prototype is nearest in L2, (B,) labels.
 
     Classes without a prototype (count 0) are never predicted.
     """
-    dist = torch.cdist(features, protos).pow(2)  # (B, C)
-    return dist.masked_fill(proto_counts[None, :] <= 0, float("inf")).argmin(-1)
+    return prototype_distances(features, protos, proto_counts).argmin(-1)
 
 
 # --------------------------------------------------------------------------------- FML

@@ -26,11 +26,11 @@ class LoRAFairConfig(MethodConfig):
     lora_r: int = cfg_field(16, "LoRA rank (the paper's: 16)")
     lam: float = cfg_field(0.01, "lambda of the correction's regulariser lambda ||dB||^2 (the paper's: 0.01)")
     solver: Literal["sgd", "ridge"] = cfg_field(
-        "sgd", "'sgd': T plain SGD steps on 1 - cos + lambda ||dB||^2 from dB = 0 (the paper's solver as the spec "
-               "fixes it); 'ridge': the closed-form least-squares variant dB = (dW - B A) A^T (A A^T + lambda I)^-1 "
+        "sgd", "'sgd': T plain SGD steps on 1 - cos + lambda ||dB / sigma||^2 from dB = 0, in units of sigma = "
+               "||dW|| / ||A_bar|| (scale-free: the paper's solver as the spec fixes it, its lambda read as relative); 'ridge': the closed-form least-squares variant dB = (dW - B A) A^T (A A^T + lambda I)^-1 "
                "(deterministic, a benchmark variant)")
     steps: int = cfg_field(100, "T, the server's SGD steps per LoRA module and round (not found in the sources)")
-    server_lr: float = cfg_field(0.01, "the server's SGD rate (the paper's: 0.01)")
+    server_lr: float = cfg_field(0.01, "the server's SGD rate on dB / sigma (the paper's: 0.01)")
     weighting: Weighting = cfg_field("examples", "client weights p_k of A_bar, B_bar and dW: example counts (the "
                                                  "paper's) or uniform")
 
@@ -55,6 +55,9 @@ class LoRAFair(Method):
     B_bar' = B_bar + dB*, dB* = argmin [1 - cos(dW, (B_bar + dB) A_bar)] + lambda ||dB||^2
     (flattened cosine; :func:`~fedbench.methods.aggregation.fair_correction`: dB_0 = 0,
     float32, T SGD steps of rate 0.01, the best iterate kept, so the cosine never drops;
+    scale-free: dB and its penalty in units of sigma = ||dW||_F / ||A_bar||_F, so the same
+    problem at any scale gets the same relative correction (a benchmark reading of the
+    unit-less lambda: absolute, it moved dB to 3x B_bar at |dW| ~ 1e-3 and not at all x1000);
     ``solver='ridge'``: :func:`~fedbench.methods.aggregation.ridge_correction`). Only B is
     corrected (correcting A or both is worse in the paper's ablation). The head is averaged.
     The mean cosine before and after the correction is logged each round and kept in

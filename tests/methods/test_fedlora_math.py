@@ -112,6 +112,18 @@ def test_proto_loss_and_nearest_prototype():
     assert fm.proto_loss(f[2:], y[2:], P, counts, 1.0).item() == 0.0
 
 
+def test_nearest_prototype_is_squared_l2_not_l1():
+    """A feature at the origin, prototypes (3, 0) and (2, 2): squared L2 3^2 = 9 > 2^2 + 2^2 = 8,
+    so class 1 is nearest; in L1 (3 < 2 + 2) it would be class 0. The distances FedProto's
+    evaluation reads (``prototype_distances``, ``top1_proto``) are those squared L2s."""
+    f = torch.tensor([[0.0, 0.0]])
+    P = torch.tensor([[3.0, 0.0], [2.0, 2.0]])
+    counts = torch.tensor([1.0, 1.0])
+    want = torch.tensor([[3.0 ** 2, 2.0 ** 2 + 2.0 ** 2]])
+    assert torch.allclose(fm.prototype_distances(f, P, counts), want, rtol=1e-6)  # cdist's sqrt, squared
+    assert fm.nearest_prototype(f, P, counts).tolist() == [1]
+
+
 # ------------------------------------------------------------------------- FML, FedKD
 def test_fml_losses():
     a, b = [[1.0, 0.0]], [[0.0, 3.0]]

@@ -19,26 +19,48 @@ def _factors(seed=0):
 
 
 def test_one_sgd_step_from_zero_is_the_cosine_gradient():
+    """In units of sigma = |T| / |A_bar|: u = dB / sigma steps by lr * sigma * (d cos / d X) A^T
+    (X = (B_bar + sigma u) A_bar), so dB = sigma^2 lr (d cos / d X) A^T."""
     a, b, t = _factors()
     x = b @ a  # (3, 5)
     cos = (t * x).sum() / (t.norm() * x.norm())
     grad_x = t / (t.norm() * x.norm()) - cos * x / x.norm() ** 2  # d cos / d X; the lambda term is 0 at dB = 0
+    sigma = t.norm() / a.norm()
     db, before, after = fair_correction(a, b, t, lam=0.5, steps=1, lr=0.01)
-    assert torch.allclose(db, 0.01 * grad_x @ a.T, atol=1e-6)
+    assert torch.allclose(db, sigma ** 2 * 0.01 * grad_x @ a.T, atol=1e-6)
     assert abs(float(before) - float(cos)) < 1e-6 and after > before
 
 
 def test_two_steps_follow_autograd_of_the_objective():
+    """The objective in units of sigma: 1 - cos(T, (B_bar + sigma u) A_bar) + lam |u|^2, dB = sigma u."""
     a, b, t = _factors(1)
     lam, lr = 0.5, 0.01
-    db = torch.zeros_like(b, requires_grad=True)
-    opt = torch.optim.SGD([db], lr=lr)
+    sigma = t.norm() / a.norm()
+    u = torch.zeros_like(b, requires_grad=True)
+    opt = torch.optim.SGD([u], lr=lr)
     for _ in range(2):
         opt.zero_grad()
-        (1 - flat_cosine(t, (b + db) @ a) + lam * db.square().sum()).backward()
+        (1 - flat_cosine(t, (b + sigma * u) @ a) + lam * u.square().sum()).backward()
         opt.step()
     got, _, _ = fair_correction(a, b, t, lam=lam, steps=2, lr=lr)
-    assert torch.allclose(got, db.detach(), atol=1e-6)
+    assert torch.allclose(got, sigma * u.detach(), atol=1e-6)
+
+
+def test_the_solve_is_scale_free():
+    """The same problem at the size of realistic updates (|dW| ~ 1e-3) and x1000: dB scales by
+    1000 and the cosines are equal; scaling A_bar and the target by 10 leaves dB as it was.
+    The correction stays of B_bar's order at both sizes (the absolute solver gave |dB| = 3 |B_bar|
+    at 1e-3 and dB = 0 at x1000: audit, 2026-11-28)."""
+    a, b, t = _factors(4)
+    small = 1e-3 / t.norm()
+    a_s, b_s, t_s = a, b * small, t * small  # |T| = 1e-3
+    db, before, after = fair_correction(a_s, b_s, t_s, lam=0.01, steps=100, lr=0.01)
+    big, before_big, after_big = fair_correction(a_s, 1000 * b_s, 1000 * t_s, lam=0.01, steps=100, lr=0.01)
+    assert torch.allclose(big, 1000 * db, rtol=1e-4, atol=0)
+    assert torch.isclose(after, after_big, atol=1e-6) and torch.isclose(before, before_big, atol=1e-6)
+    wide, _, after_wide = fair_correction(10 * a_s, b_s, 10 * t_s, lam=0.01, steps=100, lr=0.01)
+    assert torch.allclose(wide, db, rtol=1e-4, atol=0) and torch.isclose(after, after_wide, atol=1e-6)
+    assert after > before and db.norm() < b_s.norm()
 
 
 def test_ridge_variant_by_hand():

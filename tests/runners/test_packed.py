@@ -77,16 +77,18 @@ def same_results(a: Experiment, b: Experiment):
 
 
 # method -> whether some of its clients train packed (hetlora's rank regulariser and depthfl's
-# multi-exit distillation are client losses of their own: their clients run sequentially,
+# multi-exit distillation are client losses of their own, lora_a2 and rolora_het choose rank
+# masks on the client before training (Method.client_masks): their clients run sequentially,
 # still the same record)
 METHODS = {"fedavg": True, "fed_hello_fim": True, "fed_hello_rgd": True, "fed_hello_gd_bottleneck": True,
            "straggler": True, "hetlora": False, "flexlora": True, "fedra": True, "fedra_fulldepth": True,
-           "inclusivefl": True, "all_small": True, "depthfl": False}
+           "inclusivefl": True, "all_small": True, "depthfl": False, "rolora": True, "rolora_het": False,
+           "lora_a2": False}
 
 
 #: one per family in the default run (whole model, layer subsets with a probe, ranks run sequentially,
-#: sub-models, multi-exit depth); the others with ``-m slow``
-PACKED_FAST = ("fedavg", "fed_hello_fim", "hetlora", "fedra", "depthfl")
+#: sub-models, multi-exit depth, one factor per round, client-chosen rank masks); the others with ``-m slow``
+PACKED_FAST = ("fedavg", "fed_hello_fim", "hetlora", "fedra", "depthfl", "rolora", "lora_a2")
 
 
 @pytest.mark.parametrize("method", one_per_family(list(METHODS), PACKED_FAST))
