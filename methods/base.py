@@ -87,15 +87,17 @@ class ClientPlan:
 class LocalPhase:
     """One phase of a client's local training: which tensors are trainable and how many
     epochs (None = the run's ``local_epochs``). ``name`` reaches ``client_loss``.
-    ``lr_scale``: the factor on the run's learning rate that this phase's optimizer is to
-    use (1 = the run's; FFA-LoRA asks for its own, larger rate). The shared loop
-    (``runners/train.py``) does not apply it yet: until it does, every phase trains at the
-    run's rate (``tests/methods/test_ffa_lora.py`` holds the strict xfail that says so)."""
+    ``lr_scale``: the factor on the run's learning rate that this phase's optimizer uses
+    (1 = the run's; FFA-LoRA asks for its own, larger rate); ``lr_scales``: (tensor, factor)
+    pairs, a tensor named there trains at the run's rate times its own factor instead
+    (LoRA-A2's lr_A < lr_B with the head at the run's). Every executor builds the optimizer
+    with :func:`fedbench.runners.train.phase_optimizer`."""
 
     name: str
     trainable: tuple[str, ...]
     epochs: int | None = None
     lr_scale: float = 1.0
+    lr_scales: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass

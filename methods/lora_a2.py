@@ -21,7 +21,8 @@ from fedbench.methods.rolora import RoLoRAHetConfig
 class LoRAA2Config(RoLoRAHetConfig):
     lr_ratio: float = cfg_field(
         16.0, "lr_B / lr_A (the paper trains B and A at different rates, after LoRA+; its ratio was not readable "
-              "here: LoRA+'s 16, the spec's default): B-rounds train at the run's lr, A-rounds at lr / lr_ratio")
+              "here: LoRA+'s 16, the spec's default): B trains at the run's lr, A at lr / lr_ratio (the head at the "
+              "run's lr in every round)")
     score_batches: int = cfg_field(
         4, "local batches whose summed gradient scores the ranks before training (the spec's reconstruction)")
     aggregation: Literal["zero_fill", "contrib"] = cfg_field(
@@ -38,8 +39,8 @@ class LoRAA2Config(RoLoRAHetConfig):
 @METHODS.register("lora_a2", "LoRA-A2: alternating freeze (B, then A, ...) + adaptive rank selection: client k "
                              "scores the R ranks of every module on its data and trains and uploads only the top "
                              "r_k M of the round's factor (r_k: its tier's rank, its upload budget) (variant: rank "
-                             "score ||B_i|| ||G_A,i|| and zero-filled n_k/n averaging, the paper's Eq. 2 and "
-                             "aggregation weights not readable here)")
+                             "score ||B_i|| ||G_A,i||, zero-filled n_k/n averaging and lr_B/lr_A = 16, the paper's "
+                             "Eq. 2, aggregation weights and ratio not readable here)")
 class LoRAA2(MaskedAlternating):
     """LoRA-A2 (Koo, Jang & Ok, "Towards Robust and Efficient Federated Low-Rank Adaptation
     with Heterogeneous Clients", ACL 2025, pp. 416-429; arXiv 2410.22815). Read: the arXiv
@@ -52,8 +53,8 @@ class LoRAA2(MaskedAlternating):
       inits B = 0 (round 1 here = round 0 there; asserted). With the other factor frozen
       and shared, sum_k w_k B_k A = sum_k w_k dW_k: exact.
     - **Paper (different learning rates for B and A, after LoRA+); variant (the ratio):**
-      ``lr_ratio`` = lr_B / lr_A = 16 (LoRA+'s; the paper's was not readable): B-rounds at
-      the run's lr, A-rounds at lr / 16 (``LocalPhase.lr_scale``).
+      ``lr_ratio`` = lr_B / lr_A = 16 (LoRA+'s; the paper's was not readable): B trains at
+      the run's lr, A at lr / 16 (``LocalPhase.lr_scales``); the head at the run's lr.
     - **Paper (Sec. "Adaptive Rank Selection", Eqs. 2-3; Secs. 4.2-4.3 of the ACL version):**
       the global adapter has rank R = ``lora_r`` (r_G); client k has an upload budget of r_k
       ranks per module (its tier's rank, ``ClientProfile.rank``: the upload budget is a
@@ -83,8 +84,9 @@ class LoRAA2(MaskedAlternating):
     config_cls = LoRAA2Config
 
     def local_phases(self, plan):
-        scale = 1.0 if plan.factor == "B" else 1.0 / self.config.lr_ratio
-        return (LocalPhase("train", tuple(self.upload_keys(plan)), lr_scale=scale),)
+        """B-rounds at the run's lr; A-rounds: A at lr / ``lr_ratio``, the head at the run's."""
+        own = () if plan.factor == "B" else tuple((k, 1.0 / self.config.lr_ratio) for k in self.factor_keys("A"))
+        return (LocalPhase("train", tuple(self.upload_keys(plan)), lr_scales=own),)
 
     def rank_masks(self, task, model, batches, plan):
         """Scores from the trained factor's gradient summed over ``score_batches`` batches

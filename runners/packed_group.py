@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -34,8 +34,8 @@ from fedbench.runners.adapters import AdapterModel
 from fedbench.runners.meters import ClientCost
 from fedbench.runners.packed_route import RowClient, Router, lora_paths, routed
 from fedbench.runners.packed_rows import block_rows, gathered, union_blocks
-from fedbench.runners.train import (MeterCache, NonFiniteLoss, TrainSettings, make_optimizer, measure_step,
-                                    meter_key, phase_batches, planned_steps)
+from fedbench.runners.train import (MeterCache, NonFiniteLoss, TrainSettings, measure_step, meter_key,
+                                    phase_batches, phase_optimizer, planned_steps)
 from fedbench.runners.worker import ClientJob
 from fedbench.tasks.base import Task
 
@@ -70,7 +70,7 @@ def pack_client(am: AdapterModel, task: Task, dataset: Any, job: ClientJob, tens
     for k, t in tensors.items():
         own[k] = torch.empty_like(am.param(k, adapter), requires_grad=False).copy_(t)
     params = [own[k].requires_grad_(True) for k in phase.trainable]
-    opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
+    opt = phase_optimizer(params, phase, settings)
     rng = np.random.default_rng(job.seed)  # the same stream train_client draws the batch order from
     epochs = settings.local_epochs if phase.epochs is None else phase.epochs
     planned = planned_steps(len(job.indices), settings.batch_size, [epochs], settings.max_steps)

@@ -18,7 +18,7 @@ step count (:func:`planned_steps`): the live view of a long client.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -82,12 +82,24 @@ def planned_steps(n_examples: int, batch_size: int, phase_epochs: list[int], max
     return sum(e * per_epoch if max_steps is None else min(max_steps, e * per_epoch) for e in phase_epochs)
 
 
-def make_optimizer(params: list[torch.nn.Parameter], s: TrainSettings) -> torch.optim.Optimizer:
+def make_optimizer(params: list, s: TrainSettings) -> torch.optim.Optimizer:
+    """The run's optimizer over ``params`` (parameters, or parameter groups with their own lr)."""
     if s.optimizer == "sgd":
         return torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
     if s.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
     raise ValueError(f"unknown optimizer {s.optimizer!r}")
+
+
+def phase_optimizer(params: list[torch.nn.Parameter], phase: LocalPhase, s: TrainSettings) -> torch.optim.Optimizer:
+    """``phase``'s optimizer over ``params`` (its ``trainable`` tensors, in that order): the
+    run's lr times ``phase.lr_scale``, or times a tensor's own factor in ``phase.lr_scales``
+    (one parameter group per factor)."""
+    own = dict(phase.lr_scales)
+    groups: dict[float, list[torch.nn.Parameter]] = {}
+    for key, p in zip(phase.trainable, params):
+        groups.setdefault(own.get(key, phase.lr_scale), []).append(p)
+    return make_optimizer([{"params": ps, "lr": s.lr * f} for f, ps in groups.items()], s)
 
 
 def adapter_for(am: AdapterModel, plan: ClientPlan) -> str:
@@ -201,7 +213,7 @@ def _run_phase(am, task, method, dataset, indices, plan, phase: LocalPhase, sett
                meter, shape_key, on_step: Callable[[int], None] | None,
                masks: dict[str, torch.Tensor]) -> list[float]:
     params = am.set_trainable(phase.trainable, shape_key[1])
-    opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
+    opt = phase_optimizer(params, phase, settings)
     masked = MaskedParams([(am.param(k, shape_key[1]), m) for k, m in masks.items() if k in phase.trainable])
     losses: list[float] = []
     for batch in phase_batches(task, dataset, indices, phase, settings, rng, am.device):
@@ -252,7 +264,7 @@ def measure_step(am: AdapterModel, task: Task, method: Method, plan: ClientPlan,
     executors that train a client's steps elsewhere (``packed``): the step's update to ``am``
     is the caller's to discard."""
     params = am.set_trainable(phase.trainable, adapter)
-    opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
+    opt = phase_optimizer(params, phase, settings)
     return _metered_step(am, task, method, plan, phase, batch, params, opt, settings, cost, {}, meter, shape_key)
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from fedbench.methods import METHODS
 from fedbench.methods.base import MASK_SFX
 from fedbench.methods.lora_a2 import LoRAA2
+from fedbench.runners.train import TrainSettings, phase_optimizer
 from smoke import SMALL_TASK_CONFIGS
 from tee import Tee
 
@@ -36,13 +37,20 @@ def _plans(m, state, rnd):
 
 
 def test_registered_b_at_the_runs_lr_a_at_lr_over_the_ratio(tiny_am, ctx_for):
+    """B-round: every tensor at the run's lr (0.1 here); A-round: A at 0.1 / 16, the head at 0.1."""
     assert METHODS.get("lora_a2") is LoRAA2
     am, m, state = _setup(tiny_am, ctx_for, [1, 4])
-    for rnd, factor, scale in ((1, "B", 1.0), (2, "A", 1 / 16)):
+    settings = TrainSettings(1, 8, "sgd", 0.1, 0.0, 0.0, None, None)
+    for rnd, factor, lr in ((1, "B", 0.1), (2, "A", 0.1 / 16)):
         plan = _plans(m, state, rnd)[0]
         (phase,) = m.local_phases(plan)
-        assert plan.factor == factor and phase.lr_scale == scale
-        assert set(phase.trainable) == {f"blocks.{j}.fc.lora_{factor}.weight" for j in range(3)} | HEAD
+        keys = {f"blocks.{j}.fc.lora_{factor}.weight" for j in range(3)}
+        assert plan.factor == factor and set(phase.trainable) == keys | HEAD
+        params = am.set_trainable(phase.trainable)
+        opt = phase_optimizer(params, phase, settings)
+        by_param = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+        assert {k: by_param[id(p)] for k, p in zip(phase.trainable, params)} == \
+            {k: (lr if k in keys else 0.1) for k in phase.trainable}
 
 
 def test_rank_selection_spends_the_budget_over_the_whole_model(tiny_am, ctx_for):

@@ -147,3 +147,10 @@ def test_the_round_loop_refuses_an_upload_over_the_budget(tmp_path):
         METHODS.remove("test_over_budget")
     assert rec["status"] == "failed" and "over its upload budget" in rec["error"]
     assert ok["status"] == "ok", ok["error"]
+
+
+def test_fedbench_list_shows_each_as_a_variant_of_its_paper():
+    """Every rule not read in the paper is named in the description ``fedbench list`` prints."""
+    described = {e.key: e.description for e in METHODS.entries()}
+    for key in ("rolora", "rolora_het", "lora_a2"):
+        assert described[key].endswith(")") and "(variant: " in described[key], key
