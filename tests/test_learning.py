@@ -107,8 +107,8 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("lora_a2", "head_only"): (
         "LoRA-A2 at its defaults (the spec's: tiers 1 / 4 / 16 of R = 16 upload ranks, so the weakest clients train "
         "1 of 16 ranks per module; a rank averaged zero-filled over every client of the round, so one selected by "
-        "few moves little; A at lr / 16) trains the factors in every other round only. 15 rounds x 1 epoch: 0.507 / "
-        "0.433 against head-only 0.513 / 0.487; x 3 epochs: 0.540 / 0.527 against 0.567 / 0.527. The limit is the "
+        "few moves little; A at lr / 16) trains the factors in every other round only. 15 rounds x 1 epoch: 0.553 / "
+        "0.487 against head-only 0.513 / 0.487 (+0.040 / +0.000); x 3 epochs: 0.540 / 0.527 against 0.567 / 0.527. The limit is the "
         "budget and the variant defaults, not the mechanism: at 3 epochs every client at budget 16 reached 0.593 / "
         "0.633 (+0.026 / +0.106), and lr_ratio 1 with aggregation=contrib 0.640 / 0.620 (+0.073 / +0.093) "
         "(2026-11-28)"),
