@@ -87,9 +87,8 @@ class LocalPhase:
     """One phase of a client's local training: which tensors are trainable and how many
     epochs (None = the run's ``local_epochs``). ``name`` reaches ``client_loss``.
     ``lr_scale``: the factor on the run's learning rate that this phase's optimizer is to
-    use (1 = the run's; FFA-LoRA asks for its own, larger rate). The shared loop
-    (``runners/executors/train.py``) does not apply it yet: until it does, every phase trains at the
-    run's rate (``tests/methods/test_ffa_lora.py`` holds the strict xfail that says so)."""
+    use (1 = the run's; FFA-LoRA asks for its own, larger rate): the shared loop builds each
+    phase's optimizer at ``lr x lr_scale`` (:func:`~fedbench.runners.executors.train.train_steps`)."""
 
     name: str
     trainable: tuple[str, ...]
@@ -206,6 +205,8 @@ class Method:
       ``requires_full_tier``   trains only clients whose budget covers every layer
       ``needs_archs``          architectures the task must offer (``Task.archs``)
       ``communicates``         False: exchanges nothing (local training only)
+      ``family``               the section of the methods document it belongs to (plots draw a family together)
+      ``STEP_HOOKS``           the local-training hooks that make a step a method's own (``plain_step``)
     Planning
       ``resolve_config``       (classmethod) config defaults that depend on the task kind
       ``proxy_size_for``       (classmethod) held-out examples the server uses as its proxy set
@@ -249,10 +250,30 @@ class Method:
     needs_archs: ClassVar[tuple[str, ...]] = ()
     #: False (a lower reference): its payloads and uploads are empty by design
     communicates: ClassVar[bool] = True
+    #: its family, a section of the methods document (``leaderboard.families`` orders them;
+    #: plots draw a crowded section as small multiples, one per family)
+    family: ClassVar[str] = "other"
+    #: the local-training hooks that change what one step computes (its loss or what is
+    #: uploaded from the trained model); a method overriding any of them has a step of its
+    #: own (``plain_step`` False), which executors run client by client, never packed. A new
+    #: hook of that kind is added here, and every executor follows.
+    STEP_HOOKS: ClassVar[tuple[str, ...]] = ("client_loss", "local_loss", "client_statistics")
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config
         self.ctx = ctx
+
+    @classmethod
+    def step_overrides(cls) -> list[str]:
+        """The hooks of ``STEP_HOOKS`` that ``cls`` (or a class between it and ``Method``) defines."""
+        below = cls.__mro__[:cls.__mro__.index(Method)]
+        return [h for h in Method.STEP_HOOKS if any(h in vars(k) for k in below)]
+
+    @classmethod
+    def plain_step(cls) -> bool:
+        """Whether a client's step is the task's own supervised step: no hook of
+        ``STEP_HOOKS`` overridden (derived from the class, never from its key)."""
+        return not cls.step_overrides()
 
     # -- planning ----------------------------------------------------------------------
     @classmethod

@@ -30,9 +30,11 @@ import numpy as np
 
 from fedbench.errors import UserError
 from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodContext, ServerAPI, Traffic
-from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.runners.executors.adapters import AdapterModel, method_context
 from fedbench.runners.cost.stepcost import StepFigures, measure_step
-from fedbench.runners.executors.train import TrainSettings, adapter_for
+from fedbench.runners.core.spec import TrainSettings
+from fedbench.runners.executors.train import adapter_for
+from fedbench.units import format_bytes
 
 
 class EqualScores(ServerAPI):
@@ -99,9 +101,6 @@ class ProbeSetup:
     task: Any
     batch: Any  # one training batch on the model's device
     settings: TrainSettings
-    lora_r: int
-    lora_alpha: float
-    task_kind: str
     rounds: int
     n_classes: int | None
     data_info: dict
@@ -115,7 +114,7 @@ class Planner:
         self.method_cls, self.config, self.s = method_cls, config, setup
         self.server = server or EqualScores()
         self.cache = {} if cache is None else cache
-        top = ClientProfile(0, 0, setup.am.bundle.n_layers, setup.lora_r, 1)
+        top = ClientProfile(0, 0, setup.am.bundle.n_layers, setup.am.r, 1)
         if attach_extras:  # the method's extra modules, as a federation of the top budget places them
             ctx = self._ctx(top)
             setup.am.attach_extra(method_cls.extra_modules(config, ctx, self._head()))
@@ -125,13 +124,8 @@ class Planner:
         return b.model.get_submodule(b.head_modules[-1]) if b.head_modules else None
 
     def _ctx(self, profile: ClientProfile) -> MethodContext:
-        am, s = self.s.am, self.s
-        return MethodContext(
-            n_layers=am.bundle.n_layers, layer_keys=am.layer_keys, head_keys=am.head_keys, profiles={0: profile},
-            lora_r=s.lora_r, lora_alpha=s.lora_alpha, task_kind=s.task_kind, server=self.server,
-            block_bytes=am.block_bytes, rounds=s.rounds, extra_keys=list(am.extra_keys),
-            init_head=s.task.init_head, n_classes=s.n_classes, data_info=dict(s.data_info),
-            parts=am.bundle.parts, part_keys=am.part_keys)
+        s = self.s
+        return method_context(s.am, {0: profile}, s.rounds, s.task, s.n_classes, s.data_info, self.server)
 
     def probe(self, layers: int, rank: int) -> Probe:
         am = self.s.am
@@ -174,7 +168,7 @@ def allocate_devices(planner: Planner, devices: Mapping[str, Any], rungs: Sequen
             smallest = planner.probe(*rungs[-1])
             raise UserError(f"device {name!r} ({dev.memory_gb:g} GB) cannot hold {method}'s smallest allocation "
                             f"(layers {smallest.layers}, rank {smallest.rank}: "
-                            f"{(smallest.accounted_bytes or 0) / 1e9:.3g} GB accounted)")
+                            f"{format_bytes(smallest.accounted_bytes or 0)} accounted)")
         out[name] = p
     return out
 

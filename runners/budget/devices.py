@@ -28,8 +28,8 @@ from fedbench.config import read_yaml
 from fedbench.errors import UserError
 from fedbench.runners.budget.shapes import PRECISIONS
 from fedbench.runners.core.tiers import largest_remainder
+from fedbench.units import GB
 
-GB = 1e9
 _KEYS = {"memory_gb", "tflops", "uplink_mbps", "downlink_mbps", "source"}
 
 

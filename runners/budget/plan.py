@@ -24,11 +24,11 @@ from fedbench.runners.budget.allocation import Planner, ProbeSetup, ladder
 from fedbench.runners.budget.devices import Device, client_seconds, load_catalog
 from fedbench.runners.budget.plan_models import shape_of
 from fedbench.runners.cost.stepcost import on_meta
-from fedbench.runners.executors.train import TrainSettings
+from fedbench.runners.core.spec import TrainSettings
+from fedbench.units import GB, MB
 
 log = logging.getLogger(__name__)
 
-GB, MB = 1e9, 1e6
 
 
 @dataclass
@@ -79,8 +79,7 @@ def plan_rows(model: str | None, model_config: str | None, methods: list[str], d
         cfg = method_config(cls, lora_r, targets, dropout, shape.task.kind)
         with on_meta():
             am = AdapterModel(shape.bundle(), cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets, "meta")
-            setup = ProbeSetup(am=am, task=shape.task, batch=batch, settings=settings, lora_r=cfg.lora_r,
-                               lora_alpha=cfg.lora_alpha, task_kind=shape.task.kind, rounds=10, n_classes=n_classes,
+            setup = ProbeSetup(am=am, task=shape.task, batch=batch, settings=settings, rounds=10, n_classes=n_classes,
                                data_info={})
             planner = Planner(cls, cfg, setup)
         rungs = ladder(am.bundle.n_layers, min(max(paper_defaults(shape.task.kind).tier_ranks), cfg.lora_r))

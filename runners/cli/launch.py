@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedbench.leaderboard.units import GB, MB, format_bytes
+from fedbench.units import GB, MB, format_bytes
 from fedbench.runners.outputs.callbacks import Callback
 
 if TYPE_CHECKING:

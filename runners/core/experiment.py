@@ -44,9 +44,10 @@ from fedbench.runners.core.spec import RunSpec, build_spec
 from fedbench.runners.core.state import RunState
 from fedbench.runners.core.store import ClientStore
 from fedbench.runners.core.tiers import TierAssigner
-from fedbench.runners.executors.train import NonFiniteLoss
+from fedbench.runners.executors.step import NonFiniteLoss
 from fedbench.runners.executors.worker import ClientWorker, ModelPool, WorkerSpec
 from fedbench.tasks.base import TaskData
+from fedbench.units import MB
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class Experiment:
         self.server = ServerTools(am, self.task, fed.proxy, self.device)
         self.worker = wspec.build(self.data, profiles, server=self.server, pool=pool)
         self.worker.method.check_tiers(self.tiers.reachable_profiles(fed.sizes))
-        self.store = ClientStore(self.record_path().with_suffix(".clients"), int(r.store_memory_mb * 1e6))
+        self.store = ClientStore(self.record_path().with_suffix(".clients"), int(r.store_memory_mb * MB))
         self.evaluator = Evaluator(self.worker.method, self.task, am, fed, self.store, self.data.domain_names,
                                    spec.run.precision)
         self.worker_spec, self.profiles = wspec, profiles

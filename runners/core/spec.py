@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,8 +28,27 @@ from fedbench.config import IDENTITY_ROLES, RESULT, config_to_dict, values_with_
 from fedbench.configs import RunConfig, eval_period
 from fedbench.runners.core.config import validate_run
 from fedbench.runners.core.tiers import tier_ranks_for
-from fedbench.runners.executors.train import TrainSettings
 from fedbench.tasks.setting import parse_setting
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """What the local training loop reads of a run: these fields of :class:`RunConfig`,
+    under the same names (:meth:`of`); the planner builds one for a planned step."""
+
+    local_epochs: int
+    batch_size: int
+    optimizer: str
+    lr: float
+    momentum: float
+    weight_decay: float
+    grad_clip: float | None
+    max_steps: int | None  # cap on steps per client per round and phase (None = full epochs)
+    precision: str = "fp32"  # of the forward: fp32 or bf16 (autocast, runners.executors.precision)
+
+    @classmethod
+    def of(cls, run: RunConfig) -> "TrainSettings":
+        return cls(**{f.name: getattr(run, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -71,10 +90,7 @@ class RunSpec:
 
     @property
     def train(self) -> TrainSettings:
-        r = self.run
-        return TrainSettings(local_epochs=r.local_epochs, batch_size=r.batch_size, optimizer=r.optimizer, lr=r.lr,
-                             momentum=r.momentum, weight_decay=r.weight_decay, grad_clip=r.grad_clip,
-                             max_steps=r.max_steps, precision=r.precision)
+        return TrainSettings.of(self.run)
 
     @property
     def resource_label(self) -> str:

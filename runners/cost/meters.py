@@ -76,6 +76,18 @@ def optimizer_state_bytes(opt: torch.optim.Optimizer) -> int:
     return total
 
 
+def account_step(cost: "ClientCost", param_bytes: int, trainable: list[torch.Tensor], opt: torch.optim.Optimizer,
+                 activation_bytes: int) -> None:
+    """The accounted memory of a training step into ``cost`` (the one definition, for the
+    training loop and the planner alike): the parameters of the client's model + a gradient
+    per trainable tensor + the optimizer's state (read after its step) + the bytes saved
+    for backward, with the parts in ``cost.breakdown``."""
+    grads = int(sum(t.numel() * t.element_size() for t in trainable))
+    cost.breakdown = {"params": int(param_bytes), "grads": grads, "optimizer": optimizer_state_bytes(opt),
+                      "activations": int(activation_bytes)}
+    cost.accounted_bytes = sum(cost.breakdown.values())
+
+
 class PeakRSS:
     """The process's peak resident set size over a stretch of code, measured (Linux).
 

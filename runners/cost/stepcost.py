@@ -1,10 +1,10 @@
 """One metered training step of a planned client, outside the training loop.
 
-:func:`measure_step` does what the training loop does on a client's first step (one
-forward + backward + optimizer step of the method's first local phase, under
-``FlopCounterMode`` and a saved-tensor meter; accounted memory = parameters of the
-client's model + gradients + optimizer state + bytes saved for backward, the meter's
-definition in :mod:`fedbench.runners.cost.meters`) and returns the figures. It runs on real
+:func:`measure_step` runs the training loop's own step on a client's first batch (one
+forward + backward + optimizer step of the method's first local phase,
+:func:`~fedbench.runners.executors.step.run_steps`) under ``FlopCounterMode`` and a
+saved-tensor meter (accounted memory: :func:`~fedbench.runners.cost.meters.account_step`,
+the one definition) and returns the figures. It runs on real
 tensors or on the ``meta`` device (no weights, no arithmetic: shapes, FLOPs and saved
 storages are those of the real graph), so a 1B-parameter model is planned in seconds.
 
@@ -15,7 +15,7 @@ state is forked, so measuring a plan on a run's model leaves the run as it was.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import torch
@@ -24,10 +24,12 @@ from torch.nn.attention import SDPBackend
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fedbench.methods.base import ClientPlan, Method, tensor_bytes
+from fedbench.methods.base import ClientPlan, Method
+from fedbench.runners.cost.meters import ClientCost, SavedTensorBytes, account_step, count_flops
 from fedbench.runners.executors.adapters import AdapterModel
-from fedbench.runners.cost.meters import SavedTensorBytes, count_flops, optimizer_state_bytes
-from fedbench.runners.executors.train import TrainSettings, adapter_for, make_optimizer
+from fedbench.runners.executors.step import StepMeter
+from fedbench.runners.core.spec import TrainSettings
+from fedbench.runners.executors.train import adapter_for, train_steps
 
 
 @dataclass(frozen=True)
@@ -120,41 +122,56 @@ def on_meta() -> Iterator[None]:
         yield
 
 
+class WholeStepMeter(StepMeter):
+    """The planner's meter: the whole step under ``FlopCounterMode`` (forward and backward
+    apart) and a saved-tensor meter (:class:`MetaSavedBytes` on ``meta``), the accounted
+    memory read after the optimizer step as the training loop reads it."""
+
+    def __init__(self, am: AdapterModel):
+        self.am = am
+        meta = am.device.type == "meta"
+        self.saved = MetaSavedBytes(list(am.model.parameters())) if meta else SavedTensorBytes(exclude=am.param_ptrs)
+        self.fwd = self.bwd = None
+
+    @contextlib.contextmanager
+    def forward(self):
+        with count_flops() as self.fwd, self.saved.track():
+            yield
+
+    @contextlib.contextmanager
+    def backward(self):
+        with count_flops() as self.bwd:
+            yield
+
+    def done(self, lane, batch, again) -> None:
+        cost = lane.cost
+        cost.flops_forward_step = float(self.fwd.get_total_flops())
+        cost.flops_backward_step = float(self.bwd.get_total_flops())
+        account_step(cost, self.am.n_params_bytes(), lane.params, lane.opt, self.saved.bytes)
+
+
 def measure_step(am: AdapterModel, task: Any, method: Method, plan: ClientPlan, batch: Any,
                  settings: TrainSettings) -> StepFigures:
-    """The figures of ``plan``'s first local step on ``batch`` (already on the model's device)."""
+    """The figures of ``plan``'s first local step on ``batch`` (already on the model's device):
+    one step of the training loop (:func:`~fedbench.runners.executors.train.train_steps`)
+    metered whole (:class:`WholeStepMeter`); on ``meta`` without gradient clipping."""
     adapter = adapter_for(am, plan)
     phase = method.local_phases(plan)[0]
     saved_state = am.read(phase.trainable, adapter)
+    meta = am.device.type == "meta"
+    cost = ClientCost(client=plan.client, tier=plan.tier)
     am.model.zero_grad(set_to_none=True)
     with torch.random.fork_rng(devices=[]), am.use_adapter(adapter), am.subset_blocks(plan.blocks), \
-            am.capture(method.hidden_blocks(plan)) as hidden:
+            am.capture(method.hidden_blocks(plan)) as hidden, (on_meta() if meta else contextlib.nullcontext()):
         am.model.train()
-        params = am.set_trainable(phase.trainable, adapter)
-        opt = make_optimizer(params, settings)
-        opt.zero_grad(set_to_none=True)
-        meta = am.device.type == "meta"
-        saved = MetaSavedBytes(list(am.model.parameters())) if meta else SavedTensorBytes(exclude=am.param_ptrs)
-        mode = on_meta if meta else contextlib.nullcontext
-        with mode(), count_flops() as fwd, saved.track():
-            loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
-        with mode(), count_flops() as bwd:
-            loss.backward()
-        if settings.grad_clip and not meta:
-            torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
-        opt.step()
-        param_bytes = am.n_params_bytes()
-        grad_bytes = tensor_bytes(params)
-        opt_bytes = optimizer_state_bytes(opt)
+        train_steps(am, task, method, plan, phase, iter([batch]),
+                    replace(settings, grad_clip=None) if meta else settings, cost, WholeStepMeter(am), hidden)
         am.model.eval()
-        for p in params:
-            p.requires_grad_(False)
-            p.grad = None
+        am.set_trainable([])
+        am.model.zero_grad(set_to_none=True)
     if not meta:
         am.load(saved_state, adapter)
-    breakdown = {"params": param_bytes, "grads": grad_bytes, "optimizer": opt_bytes, "activations": saved.bytes}
-    return StepFigures(float(fwd.get_total_flops()), float(bwd.get_total_flops()),
-                       param_bytes + grad_bytes + opt_bytes + saved.bytes, breakdown)
+    return StepFigures(cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes, dict(cost.breakdown))
 
 
-__all__ = ["FusedAttention", "MetaSavedBytes", "MetaScalars", "on_meta", "StepFigures", "measure_step"]
+__all__ = ["FusedAttention", "MetaSavedBytes", "MetaScalars", "on_meta", "StepFigures", "WholeStepMeter", "measure_step"]

@@ -1,10 +1,13 @@
 """Executors: where a round's client jobs run.
 
 The round loop (:mod:`fedbench.runners.core.rounds`) is the same for every executor; an
-executor only executes a round's jobs (``execute``), evaluates clients' own models
-(``evaluate_local``, personalised methods) and closes. ``local`` runs them one after
-another in this process with the driver's worker; other executors register themselves
-in :data:`EXECUTORS` (``ray``: :mod:`fedbench.runners.executors.ray_executor`) and are chosen with
+executor decides where, and in which groups, a round's jobs train (``execute``), evaluates
+clients' own models (``evaluate_local``, personalised methods) and closes; every client
+trains through the one client step (:func:`~fedbench.runners.executors.step.run_steps`).
+``local`` runs them one after another in this process with the driver's worker; other
+executors register themselves in :data:`EXECUTORS` (``ray``:
+:mod:`fedbench.runners.executors.ray_executor`, ``packed``:
+:mod:`fedbench.runners.executors.packed`) and are chosen with
 ``run.executor`` (``--executor``; ``--runner`` is its older name). Executors know no
 method by name, and every one gives the same record: each job carries its own seed.
 The round loop hands an executor a :data:`StepListener` (``listen``): ``local`` tells it

@@ -2,8 +2,9 @@
 
 The round's jobs are read first, then split:
 
-- **packed**: clients whose local training is a plain supervised step (checked from the
-  declared hooks and the plan, never from the method's name: :func:`unpackable`) go into
+- **packed**: clients whose local training is a plain supervised step (from what the
+  method and task declare, ``Method.plain_step`` and ``Task.plain_loss``, and the plan;
+  never from the method's name: :func:`unpackable`) go into
   groups of the same architecture, LoRA adapter (rank, alpha) and lowest trained layer
   (:func:`group_key`: backward stops where it would for each alone); each group of two or
   more trains together (:func:`~fedbench.runners.executors.packed_group.train_group`), on the union of
@@ -40,9 +41,10 @@ from fedbench.runners.executors.executor import EXECUTORS, LocalExecutor
 from fedbench.runners.cost.meters import Stopwatch
 from fedbench.runners.executors.packed_group import PackedClient, pack_client, train_group
 from fedbench.runners.executors.packed_rows import union_blocks
+from fedbench.runners.executors.step import active_peak_bytes, reset_peak
 from fedbench.runners.executors.train import adapter_for
 from fedbench.runners.executors.worker import ClientJob, ClientResult
-from fedbench.tasks.base import ClassificationTask, Task
+from fedbench.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +53,14 @@ NORMS_ACROSS_ROWS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatc
 
 def unpackable(method: Method, task: Task, am, plan: ClientPlan, phases: tuple[LocalPhase, ...]) -> str | None:
     """Why ``plan``'s client cannot train in a packed group (None: it can). Packed steps are
-    the task's own cross-entropy through the model's forward, one phase training LoRA and
-    head tensors, on a model whose rows are independent (no batch norm) and whose LoRA
-    layers and heads the router can take over."""
-    if not isinstance(task, ClassificationTask) or type(task).loss is not ClassificationTask.loss:
+    the task's own cross-entropy through the model's forward (``Task.plain_loss``), the
+    method's plain step (``Method.plain_step``: it overrides no hook of
+    ``Method.STEP_HOOKS``), one phase training LoRA and head tensors, on a model whose rows
+    are independent (no batch norm) and whose LoRA layers and heads the router can take over."""
+    if not task.plain_loss():
         return "the task's loss is not the classification cross-entropy"
-    if type(method).client_loss is not Method.client_loss or type(method).local_loss is not Method.local_loss:
-        return "the method's client loss is its own"
-    if type(method).client_statistics is not Method.client_statistics:
-        return "the method uploads statistics of the trained model"
+    if not method.plain_step():
+        return "the method's local step is its own (it overrides " + ", ".join(method.step_overrides()) + ")"
     if method.hidden_blocks(plan):
         return "the method reads hidden states"
     if len(phases) != 1:
@@ -168,18 +169,13 @@ class PackedExecutor(LocalExecutor):
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(members[0][1].seed)  # any other random draw of the backbone (none in the tests' models)
             with Stopwatch(device) as sw:
-                if device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(device)
+                reset_peak(device)
                 am.set_trainable([])
                 am.model.zero_grad(set_to_none=True)
                 am.model.train()
                 train_group(am, task, method, clients, settings, worker.meter, arch, heads, physical, on_step)
                 am.model.eval()
-                peak = None
-                if device.type == "cuda":
-                    inactive = 0 if blocks is None else sum(
-                        b for j, b in am.block_bytes.items() if j not in set(blocks))
-                    peak = int(torch.cuda.max_memory_allocated(device)) - inactive
+                peak = active_peak_bytes(am, blocks)
         rss = worker.rss.read() if reset else None
         shares = time_shares(clients)
         out = []

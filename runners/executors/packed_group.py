@@ -12,18 +12,19 @@ optimizer over its own trainable tensors (the phase's, in the phase's order), it
 gradient clipping (by its own norm) and its own weight decay, exactly the sequential step:
 tensors it does not train are constants, never touched by the optimizer.
 
-Costs stay per client: the meter's figures of a client's first step come from
-:func:`~fedbench.runners.executors.train.measure_step` on that client alone (or the
-:class:`~fedbench.runners.executors.train.MeterCache`, as sequentially); time and memory are the
-group's measured ones (see :class:`PackedClient`).
+The step itself is the one every executor uses (:func:`~fedbench.runners.executors.step.run_steps`,
+a lane per client); only the forward differs. Costs stay per client: the meter's figures of
+a client's first step come from one step of that client alone, metered as sequentially
+(:func:`~fedbench.runners.executors.train.train_steps`, or the
+:class:`~fedbench.runners.executors.train.MeterCache`); time and memory are the group's
+measured ones (see :class:`PackedClient`).
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -34,8 +35,10 @@ from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.runners.cost.meters import ClientCost
 from fedbench.runners.executors.packed_route import RowClient, Router, lora_paths, routed
 from fedbench.runners.executors.packed_rows import block_rows, gathered, union_blocks
-from fedbench.runners.executors.train import (MeterCache, NonFiniteLoss, TrainSettings, make_optimizer, measure_step,
-                                    meter_key, phase_batches, planned_steps)
+from fedbench.runners.executors.step import Lane, rows, run_steps
+from fedbench.runners.core.spec import TrainSettings
+from fedbench.runners.executors.train import (MeterCache, PartsMeter, make_optimizer, meter_key, phase_batches,
+                                              planned_steps, train_steps)
 from fedbench.runners.executors.worker import ClientJob
 from fedbench.tasks.base import Task
 
@@ -43,23 +46,27 @@ from fedbench.tasks.base import Task
 @dataclass
 class PackedClient:
     """One client of a packed group: its job, its tensors (trainable leaves for what its
-    phase trains, constants for the rest), optimizer, batches and cost.
+    phase trains, constants for the rest) and its lane (optimizer, batches, cost, losses).
 
-    ``cost.seconds`` is the group's measured time shared out by FLOPs (the clients' steps
-    run together: :func:`~fedbench.runners.executors.packed.time_shares`); on CUDA
+    ``lane.cost.seconds`` is the group's measured time shared out by FLOPs (the clients'
+    steps run together: :func:`~fedbench.runners.executors.packed.time_shares`); on CUDA
     ``cost.cuda_peak_bytes`` is the group's peak."""
 
     job: ClientJob
     adapter: str
     phase: LocalPhase
     tensors: dict[str, torch.Tensor]
-    params: list[torch.Tensor]
-    opt: torch.optim.Optimizer
-    batches: Iterator[Any]
     planned: int
-    cost: ClientCost
     generator: torch.Generator
-    losses: list[float] = field(default_factory=list)
+    lane: Lane
+
+    @property
+    def cost(self):
+        return self.lane.cost
+
+    @property
+    def losses(self) -> list[float]:
+        return self.lane.losses
 
 
 def pack_client(am: AdapterModel, task: Task, dataset: Any, job: ClientJob, tensors: dict[str, torch.Tensor],
@@ -77,13 +84,9 @@ def pack_client(am: AdapterModel, task: Task, dataset: Any, job: ClientJob, tens
     gen = torch.Generator(device=am.device)
     gen.manual_seed(job.seed)
     cost = ClientCost(client=job.plan.client, tier=job.plan.tier, n_examples=len(job.indices))
-    return PackedClient(job, adapter, phase, own, params, opt,
-                        phase_batches(task, dataset, job.indices, phase, settings, rng, am.device), planned, cost, gen)
-
-
-def _rows(batch: Any) -> int:
-    t = next(iter(batch.values())) if isinstance(batch, dict) else batch
-    return int(t.shape[0])
+    batches = phase_batches(task, dataset, job.indices, phase, settings, rng, am.device)
+    return PackedClient(job, adapter, phase, own, planned, gen, Lane(job.plan, params, opt, batches, cost,
+                                                                     settings.grad_clip))
 
 
 def concat_batches(batches: list[Any]) -> Any:
@@ -105,15 +108,19 @@ def _meter(am: AdapterModel, task: Task, method, c: PackedClient, batch: Any, se
         cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes, breakdown = meter.steps[key]
         cost.breakdown = dict(breakdown)
     else:
+        alone = ClientCost(client=plan.client, tier=plan.tier)
         with am.use_adapter(c.adapter), am.subset_blocks(plan.blocks):
             am.load({k: t.detach() for k, t in c.tensors.items()}, c.adapter)
             am.model.train()
-            measure_step(am, task, method, plan, c.phase, batch, settings, c.adapter, cost, meter, (arch, c.adapter))
+            parts = PartsMeter(am, method, plan, c.phase, meter, (arch, c.adapter), settings.precision)
+            train_steps(am, task, method, plan, c.phase, iter([batch]), settings, alone, parts)
             am.set_trainable([])
             am.model.zero_grad(set_to_none=True)
+        cost.flops_forward_step, cost.flops_backward_step = alone.flops_forward_step, alone.flops_backward_step
+        cost.accounted_bytes, cost.breakdown = alone.accounted_bytes, dict(alone.breakdown)
         meter.steps[key] = (cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes,
                             dict(cost.breakdown))
-    cost.first_batch = _rows(batch)
+    cost.first_batch = rows(batch)
 
 
 def lora_layout(am: AdapterModel, adapter: str) -> dict[str, tuple[torch.nn.Module, float, float]]:
@@ -140,50 +147,28 @@ def train_group(am: AdapterModel, task: Task, method, clients: list[PackedClient
     layout = lora_layout(am, clients[0].adapter)
     heads = {p: am.model.get_submodule(p) for p in head_paths}
     for c in clients:  # the meter measures each client alone on its own blocks, before its first step
-        first = next(c.batches, None)
+        first = next(c.lane.batches, None)
         if first is not None:
             if meter is not None:
                 _meter(am, task, method, c, first, settings, meter, arch)
-            c.batches = itertools.chain([first], c.batches)
+            c.lane.batches = itertools.chain([first], c.lane.batches)
+        if on_step is not None:
+            c.lane.on_step = lambda _steps, c=c: on_step(c)
+    by_lane = {id(c.lane): c for c in clients}
+
+    def losses(step: list[tuple[Lane, Any]]) -> list[torch.Tensor]:
+        """One forward over the step's concatenated batches, each client's rows through its
+        own LoRA and head; each client's mean loss on its own rows
+        (``ClassificationTask.loss``)."""
+        active = [by_lane[id(lane)] for lane, _ in step]
+        sizes = [rows(b) for _, b in step]
+        router = Router([RowClient(c.tensors, c.generator) for c in active], sizes)
+        block_sets = block_rows([c.job.plan.blocks for c in active], sizes, len(physical))
+        with routed(router, layout, heads), gathered(physical, block_sets, router):
+            logits = task.forward(am.model, concat_batches([b for _, b in step]))  # client after client
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return [F.cross_entropy(logits[lo:lo + n], b["y"]) for (_, b), lo, n in zip(step, starts, sizes)]
+
     am.model.train()
     with am.subset_blocks(union_blocks([c.job.plan.blocks for c in clients])):
-        _steps(am.model, task, clients, settings, layout, heads, physical, on_step)
-
-
-def _steps(model: torch.nn.Module, task: Task, clients: list[PackedClient], settings: TrainSettings, layout, heads,
-           physical: Sequence[torch.nn.Module], on_step: Callable[[PackedClient], None] | None) -> None:
-    """The group's steps: each a forward over the active clients' concatenated batches and
-    one backward of the sum of their mean losses, then each client's own optimizer step."""
-    active = list(clients)
-    while active:
-        step = [(c, b) for c in active for b in [next(c.batches, None)] if b is not None]
-        active = [c for c, _ in step]
-        if not step:
-            break
-        sizes = [_rows(b) for _, b in step]
-        router = Router([RowClient(c.tensors, c.generator) for c in active], sizes)
-        rows = block_rows([c.job.plan.blocks for c in active], sizes, len(physical))
-        batch = concat_batches([b for _, b in step])
-        with routed(router, layout, heads), gathered(physical, rows, router):
-            logits = task.forward(model, batch)  # (sum of rows, n_classes), client after client
-        total = None
-        for (c, b), lo, n in zip(step, [sum(sizes[:i]) for i in range(len(sizes))], sizes):
-            loss = F.cross_entropy(logits[lo:lo + n], b["y"])  # ClassificationTask.loss on the client's rows
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                raise NonFiniteLoss(f"non-finite loss {value} on client {c.job.plan.client}")
-            c.losses.append(value)
-            total = loss if total is None else total + loss
-        total.backward()
-        for c, b in step:
-            if settings.grad_clip:
-                torch.nn.utils.clip_grad_norm_(c.params, settings.grad_clip)
-            c.opt.step()
-            c.opt.zero_grad(set_to_none=True)
-            cost = c.cost
-            if cost.first_batch:
-                bsz = _rows(b)
-                cost.flops_total += (cost.flops_forward_step + cost.flops_backward_step) * bsz / cost.first_batch
-            cost.steps += 1
-            if on_step is not None:
-                on_step(c)
+        run_steps([c.lane for c in clients], losses, am.device, settings.precision)

@@ -16,36 +16,20 @@ step count (:func:`planned_steps`): the live view of a long client.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
 
-from fedbench.methods.base import ClientPlan, LocalPhase, Method, tensor_bytes
-from fedbench.runners.executors.adapters import AdapterModel, DEFAULT_ADAPTER
-from fedbench.runners.cost.meters import ClientCost, Stopwatch, optimizer_state_bytes
-from fedbench.runners.executors.precision import autocast
+from fedbench.methods.base import ClientPlan, LocalPhase, Method
+from fedbench.runners.cost.meters import ClientCost, Stopwatch, account_step
+from fedbench.runners.core.spec import TrainSettings
 from fedbench.runners.cost.parts import StepProbe, compose, measure_parts
+from fedbench.runners.executors.adapters import DEFAULT_ADAPTER, AdapterModel
+from fedbench.runners.executors.step import (Lane, StepMeter, active_peak_bytes, reset_peak, rows,
+                                             run_steps)
 from fedbench.tasks.base import Task, iterate_batches, to_device
-
-
-class NonFiniteLoss(RuntimeError):
-    """Training produced a NaN/inf loss; the run ends with status 'failed'."""
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    local_epochs: int
-    batch_size: int
-    optimizer: str
-    lr: float
-    momentum: float
-    weight_decay: float
-    grad_clip: float | None
-    max_steps: int | None  # cap on steps per client per round and phase (None = full epochs)
-    precision: str = "fp32"  # of the forward: fp32 or bf16 (autocast, runners.precision)
 
 
 @dataclass
@@ -129,8 +113,7 @@ def train_client(
     with am.use_adapter(adapter), am.base_overlay(tensors), am.subset_blocks(plan.blocks), \
             am.capture(method.hidden_blocks(plan)) as hidden, Stopwatch(device) as sw:
         am.load(tensors, adapter)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+        reset_peak(device)
         am.model.train()
         losses: list[float] = []
         phases = method.local_phases(plan)
@@ -138,13 +121,13 @@ def train_client(
                               [settings.local_epochs if p.epochs is None else p.epochs for p in phases],
                               settings.max_steps)
         for phase in phases:
-            losses += _run_phase(am, task, method, dataset, indices, plan, phase, settings, rng, hidden, cost,
-                                 meter, (arch, adapter), None if on_step is None else lambda s: on_step(s, steps))
+            parts = None if meter is None else PartsMeter(am, method, plan, phase, meter, (arch, adapter),
+                                                          settings.precision, hidden)
+            losses += train_steps(am, task, method, plan, phase,
+                                  phase_batches(task, dataset, indices, phase, settings, rng, device), settings,
+                                  cost, parts, hidden, None if on_step is None else lambda s: on_step(s, steps))
         am.model.eval()
-        if device.type == "cuda":
-            inactive = 0 if plan.blocks is None else sum(
-                b for j, b in am.block_bytes.items() if j not in set(plan.blocks))
-            cost.cuda_peak_bytes = int(torch.cuda.max_memory_allocated(device)) - inactive
+        cost.cuda_peak_bytes = active_peak_bytes(am, plan.blocks)
         upload = am.read(method.upload_keys(plan), adapter)
         private = am.read(private_keys, adapter)
 
@@ -160,26 +143,21 @@ def train_client(
     return upload, private, cost
 
 
-def _run_phase(am, task, method, dataset, indices, plan, phase: LocalPhase, settings, rng, hidden, cost,
-               meter, shape_key, on_step: Callable[[int], None] | None) -> list[float]:
-    params = am.set_trainable(phase.trainable, shape_key[1])
-    opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
-    losses: list[float] = []
-    for batch in phase_batches(task, dataset, indices, phase, settings, rng, am.device):
-        bsz = _batch_size(batch)
-        if meter is not None and cost.steps == 0:
-            loss = _metered_step(am, task, method, plan, phase, batch, params, opt, settings, cost, hidden,
-                                 meter, shape_key)
-            cost.first_batch = bsz
-        else:
-            loss = _step(am, task, method, plan, phase, batch, params, opt, settings, hidden)
-        if cost.first_batch:
-            cost.flops_total += (cost.flops_forward_step + cost.flops_backward_step) * bsz / cost.first_batch
-        losses.append(loss)
-        cost.steps += 1
-        if on_step is not None:
-            on_step(cost.steps)
-    return losses
+def train_steps(am: AdapterModel, task: Task, method: Method, plan: ClientPlan, phase: LocalPhase,
+                batches: Iterator[Any], settings: TrainSettings, cost: ClientCost, meter: StepMeter | None = None,
+                hidden: Mapping[int, torch.Tensor] | None = None,
+                on_step: Callable[[int], None] | None = None) -> list[float]:
+    """``plan``'s client trains ``phase`` on ``batches`` with the tensors loaded in ``am``:
+    one lane of :func:`~fedbench.runners.executors.step.run_steps` whose loss is the
+    method's ``client_loss``, with a fresh optimizer over the phase's tensors at the
+    phase's learning rate; ``meter`` measures its first step. Returns its losses."""
+    params = am.set_trainable(phase.trainable, am.active)
+    lane = Lane(plan, params, make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale)), batches,
+                cost, settings.grad_clip, on_step)
+    hidden = {} if hidden is None else hidden
+    run_steps([lane], lambda step: [method.client_loss(task, am.model, b, plan, hidden, phase.name) for _, b in step],
+              am.device, settings.precision, meter)
+    return lane.losses
 
 
 def phase_batches(task: Task, dataset: Any, indices: np.ndarray, phase: LocalPhase, settings: TrainSettings,
@@ -204,86 +182,51 @@ def meter_key(shape_key: tuple, phase: LocalPhase, plan: ClientPlan, batch: Any,
     return shape_key + (phase.name, plan.blocks, tuple(sorted(phase.trainable)), _shape(batch), precision)
 
 
-def measure_step(am: AdapterModel, task: Task, method: Method, plan: ClientPlan, phase: LocalPhase, batch: Any,
-                 settings: TrainSettings, adapter: str, cost: ClientCost, meter: MeterCache,
-                 shape_key: tuple) -> float:
-    """One step of ``plan``'s ``phase`` on the tensors loaded in ``am``, metered as
-    :func:`train_client`'s first step is (figures composed from ``meter``'s parts, measured
-    where a part is new), into ``cost``, with an optimizer of its own; returns the loss. For
-    executors that train a client's steps elsewhere (``packed``): the step's update to ``am``
-    is the caller's to discard."""
-    params = am.set_trainable(phase.trainable, adapter)
-    opt = make_optimizer(params, replace(settings, lr=settings.lr * phase.lr_scale))
-    return _metered_step(am, task, method, plan, phase, batch, params, opt, settings, cost, {}, meter, shape_key)
-
-
-def _batch_size(batch: Any) -> int:
-    t = next(iter(batch.values())) if isinstance(batch, dict) else batch
-    return int(t.shape[0])
-
-
 def _shape(batch: Any) -> tuple:
     if isinstance(batch, dict):
         return tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()) if isinstance(v, torch.Tensor))
     return (tuple(batch.shape),)
 
 
-def _finish(loss: torch.Tensor, plan: ClientPlan) -> float:
-    value = float(loss.detach())
-    if not math.isfinite(value):
-        raise NonFiniteLoss(f"non-finite loss {value} on client {plan.client}")
-    return value
+class PartsMeter(StepMeter):
+    """The training loop's meter: the step's FLOPs and saved bytes composed from the parts'
+    figures in a :class:`MeterCache` (:mod:`~fedbench.runners.cost.parts`; a
+    :class:`~fedbench.runners.cost.parts.StepProbe` reads each part's state during the
+    forward). When a part is in a state never seen, one more forward and backward of the
+    same batch after the step measures every part (random state, buffers and gradients
+    restored: the training is unchanged)."""
 
+    def __init__(self, am: AdapterModel, method: Method, plan: ClientPlan, phase: LocalPhase, cache: MeterCache,
+                 shape_key: tuple, precision: str, hidden: Mapping[int, torch.Tensor] | None = None):
+        self.am, self.cache, self.phase, self.shape_key, self.precision = am, cache, phase, shape_key, precision
+        self.blocks = list(am.bundle.blocks())  # the present blocks, in order
+        present = sorted(plan.blocks) if plan.blocks is not None else list(range(len(self.blocks)))
+        self.hidden_pos = tuple(present.index(j) for j in method.hidden_blocks(plan) if j in present)
+        self.probe = StepProbe(self.blocks, shape_key[1])
 
-def _step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, hidden) -> float:
-    opt.zero_grad(set_to_none=True)
-    with autocast(am.device, s.precision):
-        loss = method.client_loss(task, am.model, batch, plan, hidden, phase.name)
-    value = _finish(loss, plan)
-    loss.backward()
-    if s.grad_clip:
-        torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
-    opt.step()
-    return value
+    def forward(self):
+        return self.probe.track()
 
-
-def _metered_step(am, task, method, plan, phase, batch, params, opt, s: TrainSettings, cost: ClientCost, hidden,
-                  meter: MeterCache, shape_key: tuple) -> float:
-    """An ordinary step whose FLOPs and saved bytes are composed from the parts' figures
-    (:mod:`~fedbench.runners.cost.parts`); when a part is in a state never seen, one more
-    forward and backward of the same batch after the step measures every part (random
-    state, buffers and gradients restored: the training is unchanged)."""
-    blocks = list(am.bundle.blocks())  # the present blocks, in order
-    present = sorted(plan.blocks) if plan.blocks is not None else list(range(len(blocks)))
-    hidden_pos = tuple(present.index(j) for j in method.hidden_blocks(plan) if j in present)
-    prefix = am.bundle.blocks_path + "."
-    rest_trainable = tuple(sorted(k for k in phase.trainable if not k.startswith(prefix)))
-    base = shape_key + (phase.name, _shape(batch), s.precision)
-    probe = StepProbe(blocks, shape_key[1])
-    with probe.track():
-        value = _step(am, task, method, plan, phase, batch, params, opt, s, hidden)
-    keys = probe.keys(base, rest_trainable, hidden_pos)
-    figures = compose(meter.figures, keys)
-    if figures is None:
-        meter.measured += 1
-        def loss_fn() -> torch.Tensor:
-            with autocast(am.device, s.precision):
-                return method.client_loss(task, am.model, batch, plan, hidden, phase.name)
-        parts = _measure(am, loss_fn, len(blocks))
-        for part, key in keys.items():
-            f = parts[part]
-            meter.figures[key] = (f.flops_forward, f.flops_backward, f.saved_bytes)
-        figures = compose({k: meter.figures[k] for k in keys.values()}, keys)  # this pass's own sum
-    else:
-        meter.reused += 1
-    cost.flops_forward_step, cost.flops_backward_step = figures.flops_forward, figures.flops_backward
-    param_bytes = am.n_params_bytes()
-    grad_bytes = tensor_bytes([p for p in params])
-    opt_bytes = optimizer_state_bytes(opt)
-    cost.accounted_bytes = param_bytes + grad_bytes + opt_bytes + figures.saved_bytes
-    cost.breakdown = {"params": param_bytes, "grads": grad_bytes, "optimizer": opt_bytes,
-                      "activations": figures.saved_bytes}
-    return value
+    def done(self, lane: Lane, batch: Any, again: Callable[[], torch.Tensor]) -> None:
+        am, cache = self.am, self.cache
+        prefix = am.bundle.blocks_path + "."
+        rest_trainable = tuple(sorted(k for k in self.phase.trainable if not k.startswith(prefix)))
+        base = self.shape_key + (self.phase.name, _shape(batch), self.precision)
+        keys = self.probe.keys(base, rest_trainable, self.hidden_pos)
+        figures = compose(cache.figures, keys)
+        if figures is None:
+            cache.measured += 1
+            parts = _measure(am, again, len(self.blocks))
+            for part, key in keys.items():
+                f = parts[part]
+                cache.figures[key] = (f.flops_forward, f.flops_backward, f.saved_bytes)
+            figures = compose({k: cache.figures[k] for k in keys.values()}, keys)  # this pass's own sum
+        else:
+            cache.reused += 1
+        cost = lane.cost
+        cost.flops_forward_step, cost.flops_backward_step = figures.flops_forward, figures.flops_backward
+        account_step(cost, am.n_params_bytes(), lane.params, lane.opt, figures.saved_bytes)
+        cost.first_batch = rows(batch)
 
 
 def _measure(am: AdapterModel, loss_fn: Callable[[], torch.Tensor], n_blocks: int) -> dict:

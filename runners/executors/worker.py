@@ -1,4 +1,4 @@
-"""ClientWorker: one client's round, the only place that touches a model in training.
+"""ClientWorker: one client's round, trained through the one client step (:mod:`~fedbench.runners.executors.step`).
 
 A worker holds a :class:`ModelPool` (one model per task architecture, never one per
 client) and no client state: it receives a :class:`ClientJob` (the plan, the payload, the
@@ -19,12 +19,13 @@ import numpy as np
 import torch
 
 from fedbench.errors import UserError
-from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodContext, ServerAPI
-from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.methods.base import ClientPlan, ClientProfile, Method, ServerAPI
+from fedbench.runners.executors.adapters import AdapterModel, method_context
 from fedbench.runners.cost.meters import ClientCost, PeakRSS
 from fedbench.runners.executors.precision import autocast
 from fedbench.runners.core.seeds import seed_for
-from fedbench.runners.executors.train import MeterCache, StepHook, TrainSettings, train_client
+from fedbench.runners.core.spec import TrainSettings
+from fedbench.runners.executors.train import MeterCache, StepHook, train_client
 from fedbench.tasks.base import EvalResult, Task, TaskData, subset
 
 if TYPE_CHECKING:
@@ -155,12 +156,7 @@ class WorkerSpec:
         if pool is None:
             pool = ModelPool(self.task_cls(spec.task_config), data, spec.lora, spec.run.seed, torch.device(self.device))
         am = pool.get()  # the default architecture: global model, server tools, evaluation
-        ctx = MethodContext(
-            n_layers=am.bundle.n_layers, layer_keys=am.layer_keys, head_keys=am.head_keys, profiles=dict(profiles),
-            lora_r=spec.lora.r, lora_alpha=spec.lora.alpha, task_kind=pool.task.kind, server=server,
-            block_bytes=am.block_bytes, rounds=spec.run.rounds, init_head=pool.task.init_head,
-            n_classes=data.n_classes, data_info=dict(data.info), parts=am.bundle.parts, part_keys=am.part_keys,
-        )
+        ctx = method_context(am, profiles, spec.run.rounds, pool.task, data.n_classes, data.info, server)
         cls, cfg = self.method_cls, spec.method_config
         pool.set_extras(lambda head: cls.extra_modules(cfg, ctx, head))
         method = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))  # a complete context

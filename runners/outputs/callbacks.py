@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fedbench.runners.cost.meters import ClientCost
 from fedbench.runners.core.state import RoundLog, RunState
@@ -90,9 +90,4 @@ class DivergenceGuard(Callback):
         return None
 
 
-def call(callbacks: list[Callback], hook: str, *args: Any) -> list[Any]:
-    """Call ``hook`` on every callback in order; their return values."""
-    return [getattr(cb, hook)(*args) for cb in callbacks]
-
-
-__all__ = ["Callback", "DivergenceGuard", "RoundLog", "Stop", "call"]
+__all__ = ["Callback", "DivergenceGuard", "RoundLog", "Stop"]

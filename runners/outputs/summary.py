@@ -1,5 +1,5 @@
 """The ``results`` and ``cost`` sections of a record, from the round logs and the
-clients' costs (pure functions of what the History callback collected)."""
+clients' costs (pure functions of the run state's round logs and client costs)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import numpy as np
 from fedbench.runners.core.state import RoundLog
 from fedbench.runners.cost.meters import ClientCost
 from fedbench.tasks.base import EvalResult
+from fedbench.units import GB, MB
 
-MB = 1e6
-GB = 1e9
 
 #: cost fields that measure this process (wall time, the meter's bookkeeping, peak RSS):
 #: they differ between runs of one config and between engines; everything else in the

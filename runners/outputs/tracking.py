@@ -31,11 +31,11 @@ from fedbench.registry import Registry
 from fedbench.runners.outputs.callbacks import Callback
 from fedbench.runners.cost.meters import ClientCost
 from fedbench.runners.core.state import RoundLog, RunState
+from fedbench.units import MB
 
 if TYPE_CHECKING:
     from fedbench.runners.core.spec import RunSpec
 
-MB = 1e6
 
 #: the trackers ``run.log`` names (its field type lists the same keys: a test checks)
 TRACKERS: Registry = Registry("tracker")

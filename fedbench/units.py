@@ -5,7 +5,8 @@ Decimal units, as the records store them (``peak_mem_gb``: 10**9 bytes,
 with 4 significant digits (a size below 0.01 MB with 2, so a statistics upload never
 reads as 0). Memory figures also name their source (``cost.peak_mem_source``).
 
-Only the standard library: the CLI may import this without the rest of the leaderboard.
+The one definition of the size units (the run summary, the record, the planner, the tables);
+only the standard library: the CLI may import this without torch or the leaderboard.
 """
 
 from __future__ import annotations
