@@ -36,13 +36,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import signal
 import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fedbench.runners.core.signals import Cancelled, cancel_on_signals
+from fedbench.runners.core.signals import cancel_on_signals
 from fedbench.runners.core.spec import RunSpec
 from fedbench.runners.core.sweep import SweepRun
 from fedbench.runners.executors.ray_executor import init_ray, require_ray, runtime_env
@@ -276,7 +277,7 @@ def run_sweep(runs: list[SweepRun], args, warn: Callable[[str], None]) -> int:
         desk = ray.remote(DriverFiles).options(num_cpus=0, max_concurrency=8, scheduling_strategy=here,
                                                **({"runtime_env": env} if env else {})).remote()
         driver = Driver(ray, ray.remote(run_task), opts, desk, cpus, args.workers or len(todo), node_retries)
-        with cancel_on_signals():  # inside: a second signal while the runs write their records is only logged
+        with cancel_on_signals() as guard:  # inside: a second signal while the runs write their records is logged
             try:
                 while todo or driver.pending:
                     while todo and len(driver.pending) < driver.cap:
@@ -287,8 +288,8 @@ def run_sweep(runs: list[SweepRun], args, warn: Callable[[str], None]) -> int:
                             stopped = "a run was cancelled"
                     if stopped:
                         raise KeyboardInterrupt
-            except KeyboardInterrupt as e:
-                stopped = "SIGTERM" if isinstance(e, Cancelled) else stopped or "Ctrl-C"
+            except KeyboardInterrupt:  # (Ray may hand on the guard's Cancelled as a plain KeyboardInterrupt)
+                stopped = "SIGTERM" if signal.SIGTERM in guard.fired else stopped or "Ctrl-C"
                 n = driver.cancel(stopped)
                 print(f"fedbench: sweep cancelled ({n} runs in flight stopped, {len(todo)} not started)",
                       file=sys.stderr)
