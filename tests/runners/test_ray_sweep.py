@@ -73,6 +73,49 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_files_come_back_under_the_records_directory_only(tmp_path):
+    from fedbench.runners.executors.ray_files import Mirror, read_checkpoint, remove_paths, write_files
+
+    write_files(tmp_path, {"t/m/r.clients/0.pt": b"c0", "t/m/r.ckpt": b"ck"})
+    assert read_checkpoint(tmp_path, "t/m/r.ckpt", "t/m/r.clients") == {"t/m/r.clients/0.pt": b"c0",
+                                                                         "t/m/r.ckpt": b"ck"}
+    assert read_checkpoint(tmp_path, "t/m/other.ckpt", "t/m/other.clients") == {}
+    for bad in ("../escape", "/abs/path", ""):
+        with pytest.raises(ValueError):
+            write_files(tmp_path / "t", {bad: b"x"})
+    mirror = Mirror(tmp_path)
+    mirror.mark(["t/m/r.ckpt"])
+    assert mirror.changed([tmp_path / "t/m/r.clients", tmp_path / "t/m/r.ckpt"]) == {"t/m/r.clients/0.pt": b"c0"}
+    time.sleep(0.01)
+    write_files(tmp_path, {"t/m/r.ckpt": b"ck2"})
+    assert mirror.stale(tmp_path / "t/m/r.ckpt") and not mirror.stale(tmp_path / "t/m/r.clients/0.pt")
+    remove_paths(tmp_path, ["t/m/r.ckpt", "t/m/r.clients", "t/m/never.ckpt"])
+    assert sorted(p.name for p in (tmp_path / "t/m").iterdir()) == []
+
+
+def test_a_record_that_does_not_read_back_is_never_reported_ok(tmp_path, monkeypatch, capsys):
+    """The driver reads every record back before its line; one it cannot read is FAILED."""
+    from fedbench import records
+    from fedbench.runners.core.spec import build_spec
+    from fedbench.runners.executors.ray_sweep import Driver, Flight, record_from_checkpoint
+
+    spec = build_spec("fedavg", "tiny_text", {"rounds": 1, "clients": 2, "out": str(tmp_path)}, {},
+                      SMALL_TASK_CONFIGS["tiny_text"])
+    rec = record_from_checkpoint(spec, "ok", None)
+    rec["env"].update(host="h", ray_node="n" * 56)
+    driver = Driver(ray, None, {}, None, 1.0, 1, 2)
+    result = {"record": rec, "files": {"tiny_text/logs/x.txt": b"log"}, "gone": []}
+    assert driver.land(Flight("[1/1] fedavg", "x", spec), result, None, None) == "ok"
+    assert (tmp_path / "tiny_text/logs/x.txt").read_bytes() == b"log"
+    assert "[1/1] fedavg [h, node nnnnnnnn]: fedavg on tiny_text" in capsys.readouterr().out
+    real = records.atomic_write_text
+    monkeypatch.setattr(records, "atomic_write_text", lambda path, text: real(path, text[: len(text) // 2]))
+    assert driver.land(Flight("[1/1] fedavg", "x", spec), result, None, None) == "failed"
+    line = capsys.readouterr().out
+    assert line.startswith("[1/1] fedavg: FAILED: its record could not be written and read back here") and " ok" not in line
+    assert driver.failed == 1
+
+
 def test_refused_address_is_one_line_and_exit_2(tmp_path, capsys):
     preset = _preset(tmp_path, "methods: [fedavg]", "{rounds: 1, clients: 2}")
     t0 = time.monotonic()
