@@ -55,7 +55,9 @@ GRACE_S = 10.0
 
 
 def first_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+    """``Type: message``, the message's first sentence of its first line (Ray's run on)."""
+    line = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {line.split('. ')[0][:200]}"
 
 
 def held_state(spec: RunSpec):
