@@ -142,7 +142,8 @@ def test_silent_address_gives_up_within_the_timeout(tmp_path, capsys, monkeypatc
 def test_sigterm_records_every_run_in_flight_cancelled_when_sigint_is_ignored(tmp_path, ray_tmp):
     """``nohup fedbench sweep ... --workers 2 &`` then SIGTERM: the runs inherited SIGINT
     ignored, through which Ray's cancel interrupts a task; each still stops within the grace
-    period and its own ``cancelled`` record (with the rounds it did) lands in --out."""
+    period and its own ``cancelled`` record (with the rounds it did) lands in --out. Each
+    run's Ray task is named after it."""
     preset = _preset(tmp_path, "methods: [fedavg, fedra]", "{rounds: 300, clients: 2}")
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FEDBENCH_SCRATCH": str(tmp_path / "scratch")}
@@ -154,6 +155,10 @@ def test_sigterm_records_every_run_in_flight_cancelled_when_sigint_is_ignored(tm
         while len(list(out.rglob("*.ckpt"))) < 2:  # both runs train (their first checkpoints are here)
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=60)
             time.sleep(0.2)
+        titles = [(Path("/proc", str(pid), "cmdline").read_bytes().decode(errors="replace"))
+                  for pid in _ray_pids(ray_tmp)]
+        for run_id in {p.stem for p in out.rglob("*.ckpt")}:  # Ray titles a task's process after its name
+            assert any(t.startswith("ray::") and f"({run_id})" in t for t in titles), titles
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=GRACE_S + 60)
