@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(default 1)")
     sw.add_argument("--gpus-per-run", type=float, help="GPUs each run asks Ray for; fractions share a GPU "
                     "(default: 1 where the machine or cluster has GPUs, else 0)")
+    sw.add_argument("--node-retries", type=int, help="times a run whose Ray node or worker process died is "
+                    "started again from its last checkpoint (default 2)")
     lb = sub.add_parser("leaderboard", help="write <out>/<task>.md leaderboards from result records "
                         "(committed tables: --records leaderboard/records --out leaderboard)")
     lb.add_argument("--records", default="results", help="records directory (default: results)")

@@ -84,6 +84,8 @@ class Experiment:
         self.server: ServerTools | None = None
         self.state: RunState | None = None
         self._server_before = (0.0, 0.0)  # server cost held by the checkpoint a run resumed from
+        self._elapsed_before = 0.0  # seconds held by the checkpoint a run resumed from
+        self._t_start: float | None = None  # when this process started the run (perf_counter)
         self.saved_model: dict | None = None  # run.save_model: the files written (run.saved_model)
 
     # -- shortcuts --------------------------------------------------------------------------
@@ -126,7 +128,7 @@ class Experiment:
         self.server = ServerTools(am, self.task, fed.proxy, self.device)
         self.worker = wspec.build(self.data, profiles, server=self.server, pool=pool)
         self.worker.method.check_tiers(self.tiers.reachable_profiles(fed.sizes))
-        self.store = ClientStore(self.record_path().with_suffix(".clients"), int(r.store_memory_mb * MB))
+        self.store = ClientStore(checkpoint.clients_path(self.record_path()), int(r.store_memory_mb * MB))
         self.evaluator = Evaluator(self.worker.method, self.task, am, fed, self.store, self.data.domain_names,
                                    spec.run.precision)
         self.worker_spec, self.profiles = wspec, profiles
@@ -144,7 +146,7 @@ class Experiment:
             return self._run(guard)
 
     def _run(self, guard: SignalGuard) -> tuple[dict, Path]:
-        t_start = time.perf_counter()
+        t_start = self._t_start = time.perf_counter()
         spec = self.spec
         status, error, executor, resume = "ok", None, None, None
         ckpt = checkpoint.checkpoint_path(self.record_path())
@@ -156,6 +158,7 @@ class Experiment:
             restored = checkpoint.restore(ckpt, spec.run_id, self.store, self.device)
             self.state = restored.state or RunState(init)
             self._server_before = (self.state.server_flops, self.state.server_seconds)
+            self._elapsed_before = self.state.elapsed_before
             if restored.state is not None:
                 resume = {"from_round": self.state.rounds_done, "discarded_checkpoint": None}
                 if self.worker.meter is not None and self.state.meter is not None:
@@ -199,7 +202,7 @@ class Experiment:
                 self.store.close() if done_ok else self.store.release()
         if self.state is not None:
             self.sync_state(self.state)
-        elapsed = (self.state.elapsed_before if self.state else 0.0) + time.perf_counter() - t_start
+        elapsed = self._elapsed_before + time.perf_counter() - t_start
         rec = self.record(Outcome(status, error, elapsed, self.device, self.threads, counts, resume))
         path = self.write(rec)
         if status == "ok" and not spec.run.keep_checkpoints:
@@ -219,9 +222,12 @@ class Experiment:
                     self.evaluator, callbacks, self.device, self.clock)
 
     def sync_state(self, state: RunState) -> None:
-        """Bring the state's meter and server figures up to date (before a checkpoint or the
-        record): the server's cost since this process started, on top of what a resumed
-        run's checkpoint held."""
+        """Bring the state's meter, server figures and elapsed seconds up to date (before a
+        checkpoint or the record): the server's cost and the time since this process started
+        the run, on top of what a resumed run's checkpoint held (so a resumed run's
+        ``cost.seconds_total`` counts the time before the interruption, up to its checkpoint)."""
+        if self._t_start is not None:
+            state.elapsed_before = self._elapsed_before + time.perf_counter() - self._t_start
         if self.worker is not None and self.worker.meter is not None:
             state.meter = self.worker.meter.state_dict()
         if self.server is not None:
@@ -240,18 +246,23 @@ class Experiment:
         return rec
 
     def write(self, rec: dict) -> Path:
-        """Write ``rec`` at the run's record path, unless that would replace a finished
-        (``ok``) record with one that is not: then the new one goes beside it
-        (``<run_id>.<status>.json``) and the finished one stays byte-identical."""
-        path = self.record_path()
-        if rec["status"] != "ok" and records.is_finished(path):
-            path = path.with_suffix(f".{rec['status']}.json")
-            log.warning("run %s ended %s; its finished record is kept and this one is written to %s",
-                        self.spec.run_id, rec["status"], path)
-        try:
-            return records.write_record(rec, path)
-        except OSError as e:
-            raise UserError(f"cannot write the record {path}: {e.strerror or e}") from None
+        return write_run_record(self.spec, rec)
 
 
-__all__ = ["Cancelled", "Experiment"]
+def write_run_record(spec: RunSpec, rec: dict) -> Path:
+    """Write ``rec`` at the run's record path (the one record writer, atomic), unless that
+    would replace a finished (``ok``) record with one that is not: then the new one goes
+    beside it (``<run_id>.<status>.json``) and the finished one stays byte-identical. Used
+    by a run and by a sweep's driver for the records its runs on other nodes send back."""
+    path = spec.record_path()
+    if rec["status"] != "ok" and records.is_finished(path):
+        path = path.with_suffix(f".{rec['status']}.json")
+        log.warning("run %s ended %s; its finished record is kept and this one is written to %s",
+                    spec.run_id, rec["status"], path)
+    try:
+        return records.write_record(rec, path)
+    except OSError as e:
+        raise UserError(f"cannot write the record {path}: {e.strerror or e}") from None
+
+
+__all__ = ["Cancelled", "Experiment", "write_run_record"]

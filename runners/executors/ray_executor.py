@@ -55,10 +55,88 @@ def runtime_env() -> dict | None:
     return {"env_vars": {"PYTHONPATH": path}}
 
 
+#: how long ``--address`` (or ``$RAY_ADDRESS``) may take to answer before the sweep gives up
+CONNECT_TIMEOUT_S = 10.0
+#: an HTTP/2 client's opening (preface and an empty SETTINGS frame): a gRPC server, as Ray's
+#: GCS is, answers with a SETTINGS frame (frame type 4, the fourth byte of its header)
+_H2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    if address == "auto":  # the cluster `ray start` last started on this machine
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+
+        try:
+            address = canonicalize_bootstrap_address_or_die(address)
+        except ConnectionError:
+            raise UserError("--address auto: no running Ray cluster found on this machine "
+                            "(start one with `ray start --head`, or give HOST:PORT)") from None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--address {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379) or auto")
+    return host.strip("[]"), int(port)
+
+
+def _is_ray_gcs(address: str, timeout: float) -> str | None:
+    """None where ``address`` answers Ray's own GCS client (a key read) within ``timeout``,
+    else why not. Only asked of a server that already speaks HTTP/2 (the client itself waits
+    40 s for one that does not). A Ray without this client skips the check."""
+    try:
+        from ray._raylet import GcsClient
+
+        GcsClient(address=address).internal_kv_get(b"fedbench-probe", b"fedbench", timeout=max(0.1, timeout))
+    except (ImportError, AttributeError, TypeError):
+        return None
+    except Exception as e:  # noqa: BLE001 - ray.exceptions.RpcError, GetTimeoutError, ...
+        return f"it answers, but not as a Ray cluster ({(str(e).splitlines() or [type(e).__name__])[0]})"
+    return None
+
+
+def check_address(address: str, timeout: float | None = None) -> None:
+    """A one-line :class:`UserError` unless the Ray cluster at ``address`` accepts a
+    connection and answers within ``timeout`` seconds (:data:`CONNECT_TIMEOUT_S`), where Ray itself would retry for
+    minutes printing only warnings: a TCP connection, an HTTP/2 reply (Ray's GCS is a gRPC
+    server) and a key read by Ray's own GCS client. With ``RAY_USE_TLS`` set only the
+    connection is checked; a ``ray://`` (Ray Client) address gets no key read."""
+    import socket
+    import time
+
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+    host, port = _host_port(address)
+    deadline = time.monotonic() + timeout
+    why = None
+    tls = os.environ.get("RAY_USE_TLS", "0").lower() not in ("0", "", "false")
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            if not tls:
+                sock.sendall(_H2_HELLO)
+                got = b""
+                while len(got) < 9:
+                    sock.settimeout(max(0.01, deadline - time.monotonic()))
+                    chunk = sock.recv(9 - len(got))
+                    if not chunk:
+                        break
+                    got += chunk
+                if len(got) < 9 or got[3] != 4:
+                    why = "it answers, but not as a Ray cluster (no HTTP/2 reply)"
+    except socket.timeout:
+        why = f"no answer within {timeout:g} s"
+    except socket.gaierror as e:
+        why = f"unknown host {host!r} ({e.strerror})"
+    except OSError as e:
+        why = (e.strerror or str(e)).lower()
+    if why is None and not tls and not address.startswith("ray://"):
+        why = _is_ray_gcs(f"{host}:{port}", deadline - time.monotonic())
+    if why:
+        raise UserError(f"cannot join the Ray cluster at {address}: {why}")
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None) -> bool:
     """Connect to Ray: the running instance of this process, the cluster at ``address``
-    (or ``$RAY_ADDRESS``), or a new local instance with ``num_cpus`` / ``num_gpus``.
-    Returns whether this call started (and so should shut down) the connection."""
+    (or ``$RAY_ADDRESS``; checked first by :func:`check_address`: one line within
+    :data:`CONNECT_TIMEOUT_S` where it is refused or does not answer), or a new local
+    instance with ``num_cpus`` / ``num_gpus``. Returns whether this call started (and so
+    should shut down) the connection."""
     import logging
 
     ray = require_ray()
@@ -67,7 +145,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     address = address or os.environ.get("RAY_ADDRESS") or None
     kw: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
     if address:
-        ray.init(address=address, **kw)
+        check_address(address)
+        try:
+            ray.init(address=address, **kw)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise UserError(f"cannot join the Ray cluster at {address}: {(str(e).splitlines() or [''])[0]}") from None
     else:
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **kw)
     return True
@@ -184,4 +266,5 @@ class RayExecutor(Executor):
             self._started = False
 
 
-__all__ = ["ClientActor", "RayExecutor", "RAY_VERSIONS", "init_ray", "require_ray", "runtime_env"]
+__all__ = ["CONNECT_TIMEOUT_S", "ClientActor", "RayExecutor", "RAY_VERSIONS", "check_address", "init_ray",
+           "require_ray", "runtime_env"]

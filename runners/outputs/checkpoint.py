@@ -40,6 +40,11 @@ def checkpoint_path(record_path: Path) -> Path:
     return record_path.with_suffix(".ckpt")
 
 
+def clients_path(record_path: Path) -> Path:
+    """The client store's folder of the run whose record is at ``record_path``."""
+    return record_path.with_suffix(".clients")
+
+
 class Checkpointer(Callback):
     """Saves the run after every ``every`` rounds and after the last."""
 
@@ -69,6 +74,17 @@ def save(path: Path, run_id: str, state: RunState, store: ClientStore) -> None:
         raise
 
 
+def read(path: Path, run_id: str, device: torch.device) -> tuple[RunState, list[int]] | None:
+    """The state and the store's clients saved at ``path`` for ``run_id``; None where the
+    file is another run's or another version's. Changes nothing; an unreadable file raises."""
+    blob = torch.load(path, map_location=device, weights_only=True)
+    if not isinstance(blob, dict):
+        raise ValueError(f"not a checkpoint (a {type(blob).__name__})")
+    if blob.get("version") != VERSION or blob.get("run_id") != run_id:
+        return None
+    return RunState.from_state_dict(blob["state"]), [int(c) for c in blob["store_clients"]]
+
+
 @dataclass
 class Restored:
     state: RunState | None  # None: start from round 0
@@ -83,14 +99,12 @@ def restore(path: Path, run_id: str, store: ClientStore, device: torch.device) -
         store.clear()  # a fresh start: no private state of an older attempt
         return Restored(None)
     try:
-        blob = torch.load(path, map_location=device, weights_only=True)
-        if not isinstance(blob, dict):
-            raise ValueError(f"not a checkpoint (a {type(blob).__name__})")
-        if blob.get("version") != VERSION or blob.get("run_id") != run_id:
+        saved = read(path, run_id, device)
+        if saved is None:
             store.clear()
             return Restored(None)
-        state = RunState.from_state_dict(blob["state"])
-        store.adopt([int(c) for c in blob["store_clients"]])
+        state, clients = saved
+        store.adopt(clients)
     except Exception as e:  # noqa: BLE001 -- weights_only runs no code, so whatever bytes raise is unreadable
         # (random bytes raise IndexError, UnicodeDecodeError, OverflowError, ... from the unpickler)
         aside = path.with_suffix(".ckpt.corrupt")
