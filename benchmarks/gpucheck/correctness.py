@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpucheck.common import Context, Estimate, run_record
+from gpucheck.common import Context, Estimate, failure, run_record
 
 METHODS = ("fedavg", "fed_hello_rgd", "fedra", "hetlora")
 QUICK_MINILM_METHODS = ("fedavg",)  # --quick: MiniLM runs one method (the four on tiny_text)
@@ -99,6 +99,9 @@ def check_method(ctx: Context, method: str, task: str, task_config: dict, run: d
 
 
 def _line(row: dict) -> str:
+    if "error" in row:
+        return f"correctness {row['model']} {row['method']}: ERROR {row['error']}"
+
     def one(v: dict) -> str:
         return f"{'pass' if v['pass'] else 'FAIL'} (loss rel {v['loss_rel_max']:.2g}, metric diff {v['metric_abs']:.3g})"
     dev = row.get("device_vs_cpu")
@@ -121,15 +124,18 @@ def run_correctness(ctx: Context, sec: dict) -> None:
             if not ctx.fits(estimate(), f"{method} on {label}"):
                 return
             t0 = time.perf_counter()
-            got, data = check_method(ctx, method, task, task_config, run, data)
+            try:
+                got, data = check_method(ctx, method, task, task_config, run, data)
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the next method still runs
+                got = failure(e)
             row = {"model": label, "about": about, "method": method, "device": ctx.device, **got,
                    "seconds": time.perf_counter() - t0}
             estimate.observe(row["seconds"])
             sec["rows"].append(row)
             ctx.log(_line(row))
             ctx.save()
-    sec["all_pass"] = all(r["packed_vs_local"]["pass"] and r.get("device_vs_cpu", {"pass": True})["pass"]
-                          for r in sec["rows"])
+    sec["all_pass"] = all("error" not in r and r["packed_vs_local"]["pass"]
+                          and r.get("device_vs_cpu", {"pass": True})["pass"] for r in sec["rows"])
 
 
 __all__ = ["METHODS", "TOLERANCE", "check_method", "differences", "run_correctness", "verdict"]

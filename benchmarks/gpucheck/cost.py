@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 
-from gpucheck.common import Context, Estimate, run_record
+from gpucheck.common import Context, Estimate, failure, run_record
 
 METHODS = ("fed_hello", "straggler", "fedra", "fedra_fulldepth", "hetlora", "exclusive")
 BATCH, SEQ_LEN = 128, 128
@@ -102,8 +102,6 @@ def compare_paper(method: str, run: dict, plan: dict) -> dict:
 
 
 def run_cost(ctx: Context, sec: dict) -> None:
-    from fedbench.runners.budget.plan_models import EncoderShape, Shape
-
     batch, seq_len = (QUICK_BATCH, QUICK_SEQ_LEN) if ctx.quick else (BATCH, SEQ_LEN)
     case = ctx.inputs.bert_base(seq_len)
     cfg = ctx.inputs.bert_config()
@@ -123,15 +121,14 @@ def run_cost(ctx: Context, sec: dict) -> None:
         if not ctx.fits(estimate(), method):
             return
         t0 = time.perf_counter()
-        rec, exp = run_record(method, "ledgar", {**RUN, "batch_size": batch, "device": ctx.device,
-                                                 "out": str(ctx.work / "cost")},
-                              LORA, case.task_config(seq_len, eval_max_examples=32), data)
-        data = exp.data
-        run = tier_figures(rec)
-        plan = plan_tiers(Shape(EncoderShape(), cfg, case.about, data.n_classes), method, run, batch, seq_len)
-        row = {"method": method, "device": ctx.device, "peak_mem_source": rec["cost"]["peak_mem_source"],
-               "tiers": {t: {"run": run[t], "plan": plan[t]} for t in run}, "vs_paper": compare_paper(method, run, plan),
-               "seconds": time.perf_counter() - t0}
+        try:
+            row = cost_row(ctx, method, case, cfg, batch, seq_len, data)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the next method still runs
+            sec["rows"].append({"method": method, "device": ctx.device, **failure(e)})
+            ctx.log(f"cost {method}: ERROR {sec['rows'][-1]['error']}")
+            continue
+        data = row.pop("data")
+        row["seconds"] = time.perf_counter() - t0
         estimate.observe(row["seconds"])
         sec["rows"].append(row)
         avg = row["vs_paper"]["6:3:1"]
@@ -140,6 +137,20 @@ def run_cost(ctx: Context, sec: dict) -> None:
                 f"{avg['run_peak_mem_gb']:.3g} ({row['peak_mem_source']}) plan {avg['plan_accounted_gb']:.3g} "
                 f"paper {avg['paper_gb']}")
         ctx.save()
+
+
+def cost_row(ctx: Context, method: str, case, cfg, batch: int, seq_len: int, data) -> dict:
+    """One method's run on the device and its plan, per tier, and their averages beside the paper's."""
+    from fedbench.runners.budget.plan_models import EncoderShape, Shape
+
+    rec, exp = run_record(method, "ledgar", {**RUN, "batch_size": batch, "device": ctx.device,
+                                             "out": str(ctx.work / "cost")},
+                          LORA, case.task_config(seq_len, eval_max_examples=32), data)
+    run = tier_figures(rec)
+    plan = plan_tiers(Shape(EncoderShape(), cfg, case.about, exp.data.n_classes), method, run, batch, seq_len)
+    return {"method": method, "device": ctx.device, "peak_mem_source": rec["cost"]["peak_mem_source"],
+            "tiers": {t: {"run": run[t], "plan": plan[t]} for t in run}, "vs_paper": compare_paper(method, run, plan),
+            "data": exp.data}
 
 
 __all__ = ["METHODS", "PAPER", "compare_paper", "run_cost", "tier_figures", "weighted"]

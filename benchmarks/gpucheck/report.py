@@ -32,6 +32,9 @@ def correctness(sec: dict) -> list[str]:
     lines += ["", "| model | method | packed vs local: loss rel, metric diff, TFLOPs equal | pass | "
               "device vs CPU: loss rel, metric diff, TFLOPs rel | pass |", "|---|---|---|---|---|---|"]
     for r in sec.get("rows", []):
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['method']} | error: `{r['error']}` | **NO** | | |")
+            continue
         p, d = r["packed_vs_local"], r.get("device_vs_cpu")
         dev = ("not run (CPU check)", "") if d is None else (
             f"{d['loss_rel_max']:.2g}, {d['metric_abs']:.3g}, {d['tflops_rel']:.2g}", "yes" if d["pass"] else "**NO**")
@@ -49,6 +52,9 @@ def speed(sec: dict) -> list[str]:
         lines.append(f"- {label}: {about}")
     lines += ["", "| model | precision | K | local | packed | packed / local |", "|---|---|---|---|---|---|"]
     for r in sec.get("rows", []):
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['precision']} | {r['k']} | error: `{r['error']}` | | |")
+            continue
         lines.append(f"| {r['model']} | {r['precision']} | {r['k']} | {r['local_steps_per_s']:.1f} | "
                      f"{r['packed_steps_per_s']:.1f} | {r['ratio']:.2f}x |")
     return lines
@@ -61,7 +67,7 @@ def cost(sec: dict) -> list[str]:
     lines += ["", "| method | tier | layer budget | rank budget | run TFLOPs fwd / bwd | run peak GB | run accounted GB | "
               "plan trained layers | plan TFLOPs fwd / bwd | plan accounted GB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sec.get("rows", []):
-        for t, f in r["tiers"].items():
+        for t, f in r.get("tiers", {}).items():
             run, plan = f["run"], f["plan"]
             lines.append(f"| {r['method']} | {t} | {run['layers']} | {run['rank']} | {_f(run['tflops_forward'])} / "
                          f"{_f(run['tflops_backward'])} | {_f(run['peak_mem_gb'])} ({r['peak_mem_source']}) | "
@@ -72,7 +78,9 @@ def cost(sec: dict) -> list[str]:
               "paper's:", "", "| method | RoC | backward TFLOPs/step: run / plan / paper | GB: run peak / plan "
               "accounted / paper |", "|---|---|---|---|"]
     for r in sec.get("rows", []):
-        for roc, a in r["vs_paper"].items():
+        if "error" in r:
+            lines.append(f"| {r['method']} | | error: `{r['error']}` | |")
+        for roc, a in r.get("vs_paper", {}).items():
             lines.append(f"| {r['method']} | {roc} | {_f(a['run_tflops_backward'])} / {_f(a['plan_tflops_backward'])} "
                          f"/ {_f(a['paper_tflops_backward'])} | {_f(a['run_peak_mem_gb'])} / "
                          f"{_f(a['plan_accounted_gb'])} / {_f(a['paper_gb'])} |")

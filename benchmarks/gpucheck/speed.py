@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from gpucheck.common import Context, Estimate
+from gpucheck.common import Context, Estimate, failure
 
 KS = (5, 10, 20)
 QUICK_KS = (2,)
@@ -45,15 +45,20 @@ def run_speed(ctx: Context, sec: dict) -> None:
                 if not ctx.fits(estimate[label](k), f"{label} {precision} K={k}"):  # grows with K
                     return
                 t0 = time.perf_counter()
-                got = packed_vs_local("ledgar", case.task_config(SEQ_LEN, eval_max_examples=32), "fedavg", (k,),
-                                      steps, BATCH, METHOD_CONFIG, ctx.device, repeats=repeats,
-                                      run_config={"precision": precision})[0]
-                seconds = time.perf_counter() - t0
-                estimate[label].observe(seconds, k)
-                row = {"model": label, "precision": precision, "device": ctx.device, "k": k,
-                       "local_steps_per_s": got["local_steps_per_s"], "packed_steps_per_s": got["packed_steps_per_s"],
-                       "ratio": got["ratio"], "local_steps_per_s_repeats": got["local_steps_per_s_repeats"],
-                       "packed_steps_per_s_repeats": got["packed_steps_per_s_repeats"], "seconds": seconds}
+                row = {"model": label, "precision": precision, "device": ctx.device, "k": k}
+                try:
+                    got = packed_vs_local("ledgar", case.task_config(SEQ_LEN, eval_max_examples=32), "fedavg", (k,),
+                                          steps, BATCH, METHOD_CONFIG, ctx.device, repeats=repeats,
+                                          run_config={"precision": precision})[0]
+                except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the next K still runs
+                    row.update(failure(e), seconds=time.perf_counter() - t0)
+                    sec["rows"].append(row)
+                    ctx.log(f"speed {label} {precision} K={k}: ERROR {row['error']}")
+                    continue
+                row.update({key: got[key] for key in ("local_steps_per_s", "packed_steps_per_s", "ratio",
+                                                       "local_steps_per_s_repeats", "packed_steps_per_s_repeats")},
+                           seconds=time.perf_counter() - t0)
+                estimate[label].observe(row["seconds"], k)
                 sec["rows"].append(row)
                 ctx.log(f"speed {label} {precision} K={k}: local {row['local_steps_per_s']:.1f}, packed "
                         f"{row['packed_steps_per_s']:.1f} client-steps/s -> {row['ratio']:.2f}x")
