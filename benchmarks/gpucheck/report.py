@@ -45,7 +45,7 @@ def correctness(sec: dict) -> list[str]:
 
 def speed(sec: dict) -> list[str]:
     lines = _head(sec, "2. Speed: packed vs local client-steps/s")
-    if sec.get("rows") is not None:
+    if "batch_size" in sec:
         lines.append(f"fedavg, batch {sec['batch_size']} x {sec['seq_len']} tokens, {sec['local_steps']} local "
                      f"steps, median of {sec['repeats']} timed rounds after a warm-up round")
     for label, about in (sec.get("models") or {}).items():
