@@ -116,7 +116,8 @@ def run_cost(ctx: Context, sec: dict) -> None:
                             "default (LexGLUE: 512)", rows=[])
     if ctx.quick:
         sec["note"] = "--quick: a 2-layer width-96 stand-in at batch 4 x 16 tokens, not the paper's shape"
-    estimate, data = Estimate(guess=15.0), None
+    # first guess: ~15 s on a GPU (or a quick run); a full-size CPU step at batch 128 x 128 takes minutes
+    estimate, data = Estimate(guess=15.0 if ctx.quick or ctx.device != "cpu" else 600.0), None
     for method in METHODS:
         if not ctx.fits(estimate(), method):
             return

