@@ -38,7 +38,8 @@ RUN = dict(rounds=1, clients=3, per_round=3, roc="1:1:1", max_steps=1, local_epo
 PAPER_SOURCE = ("Fed-HeLLo (../shared/papers/fed_hello.txt) Table III, LEDGAR with BERT-base, batch 128: Avg Back. "
                 "Comp. Cost (TFLOPs) and Avg Memory Cost (GB) per RoC. Its FedRA row is FedRA's random allocation "
                 "at full depth (here fedra_fulldepth). Table II (CIFAR-100, ViT-base, batch 128) prints nearly the "
-                "same (Fed-HeLLo 2.03, Exclusive 3.25 TFLOPs; 10.74 / 12.29 GB)")
+                "same (Fed-HeLLo 2.03, Exclusive 3.25 TFLOPs; 10.74 / 12.29 GB). The paper does not say how it counted "
+                "(FLOPs or multiply-adds, measured or derived) nor how it measured memory")
 #: method -> roc -> (backward TFLOPs per step, GB), as printed
 PAPER = {
     "straggler": {"6:3:1": (1.62, 10.61)},
@@ -47,7 +48,7 @@ PAPER = {
     "fedra_fulldepth": {"6:3:1": (2.04, 10.57), "1:1:1": (2.45, 11.16)},
     "fed_hello": {"6:3:1": (2.04, 10.74), "1:1:1": (2.45, 11.28)},
 }
-ROCS = {"6:3:1": (0.6, 0.3, 0.1), "1:1:1": (1 / 3, 1 / 3, 1 / 3)}
+ROCS = ("6:3:1", "1:1:1")
 
 
 def tier_figures(rec: dict) -> dict[str, dict]:
@@ -89,8 +90,11 @@ def plan_tiers(shape, method: str, tiers: dict[str, dict], batch: int, seq_len: 
 
 
 def compare_paper(method: str, run: dict, plan: dict) -> dict:
+    from fedbench.runners.core.tiers import parse_roc
+
     out = {}
-    for roc, weights in ROCS.items():
+    for roc in ROCS:
+        weights = tuple(parse_roc(roc))
         paper = PAPER.get(method, {}).get(roc)
         out[roc] = {"run_tflops_backward": weighted(run, "tflops_backward", weights),
                     "run_peak_mem_gb": weighted(run, "peak_mem_gb", weights),

@@ -109,7 +109,8 @@ def run_slice(ctx: Context, sec: dict) -> None:
         sec["speedup_seconds_per_round"] = committed["cost"]["seconds_per_round"] / rec["cost"]["seconds_per_round"]
         sec["speedup_seconds_per_client_step"] = (committed["cost"]["seconds_per_client_step"]
                                                   / rec["cost"]["seconds_per_client_step"])
-        if not ctx.quick:
+        same_inputs = ctx.inputs.minilm_pretrained is not None and ctx.inputs.licenses is not None
+        if same_inputs and not ctx.quick:  # the committed run's model and data: its losses compare
             sec["train_loss_rel_vs_committed"] = loss_rel(rec, committed)
         ctx.log(f"slice: {sec['here']['rounds']} rounds, {sec['here']['seconds_per_round']:.2f} s/round here vs "
                 f"{sec['committed']['seconds_per_round']:.2f} committed ({sec['committed']['device']}) -> "
