@@ -20,7 +20,7 @@ leaves its time to the next) and stops before a unit of work that would overrun 
 H100 the designed total is under 7 minutes with ``--budget-s 420`` (the default on CUDA;
 estimates per section in :data:`ESTIMATE_H100_S`, not yet measured: no GPU has been lent).
 
-    python benchmarks/gpu_check.py --out benchmarks/gpu                     # on a lent GPU
+    python benchmarks/gpu_check.py --out "$OUT"                             # on a lent GPU
     OMP_NUM_THREADS=1 python benchmarks/gpu_check.py --device cpu --quick --out /tmp/gc   # CI smoke, ~1-2 min
 
 ``--quick``: tiny sizes (one MiniLM method, K=2, a 2-layer stand-in at batch 4 for cost,
