@@ -24,23 +24,31 @@ def _head(sec: dict, title: str) -> list[str]:
     return lines
 
 
+def _table(sec: dict, header, key_cells, figure_cells) -> list[str]:
+    """A markdown table of ``sec``'s rows: each row's key cells, then its figures or its error."""
+    lines = ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in sec.get("rows", []):
+        keys = key_cells(r)
+        cells = [f"error: `{r['error']}`", *[""] * (len(header) - len(keys) - 1)] if "error" in r else figure_cells(r)
+        lines.append("| " + " | ".join(str(c) for c in [*keys, *cells]) + " |")
+    return lines
+
+
 def correctness(sec: dict) -> list[str]:
     lines = _head(sec, "1. Correctness: local vs packed, device vs CPU")
     for kind, t in (sec.get("tolerance") or {}).items():
         lines.append(f"- tolerance {kind}: loss rel <= {t['loss_rel']:g}, metric abs <= {t['metric_abs']:g} "
                      f"({t['why']})")
-    lines += ["", "| model | method | packed vs local: loss rel, metric diff, TFLOPs equal | pass | "
-              "device vs CPU: loss rel, metric diff, TFLOPs rel | pass |", "|---|---|---|---|---|---|"]
-    for r in sec.get("rows", []):
-        if "error" in r:
-            lines.append(f"| {r['model']} | {r['method']} | error: `{r['error']}` | **NO** | | |")
-            continue
+    header = ("model", "method", "packed vs local: loss rel, metric diff, TFLOPs equal", "pass",
+              "device vs CPU: loss rel, metric diff, TFLOPs rel", "pass")
+
+    def figures(r):
         p, d = r["packed_vs_local"], r.get("device_vs_cpu")
         dev = ("not run (CPU check)", "") if d is None else (
             f"{d['loss_rel_max']:.2g}, {d['metric_abs']:.3g}, {d['tflops_rel']:.2g}", "yes" if d["pass"] else "**NO**")
-        lines.append(f"| {r['model']} | {r['method']} | {p['loss_rel_max']:.2g}, {p['metric_abs']:.3g}, "
-                     f"{p['tflops_rel'] == 0} | {'yes' if p['pass'] else '**NO**'} | {dev[0]} | {dev[1]} |")
-    return lines
+        return [f"{p['loss_rel_max']:.2g}, {p['metric_abs']:.3g}, {p['tflops_rel'] == 0}",
+                "yes" if p["pass"] else "**NO**", *dev]
+    return lines + _table(sec, header, lambda r: [r["model"], r["method"]], figures)
 
 
 def speed(sec: dict) -> list[str]:
@@ -50,14 +58,10 @@ def speed(sec: dict) -> list[str]:
                      f"steps, median of {sec['repeats']} timed rounds after a warm-up round")
     for label, about in (sec.get("models") or {}).items():
         lines.append(f"- {label}: {about}")
-    lines += ["", "| model | precision | K | local | packed | packed / local |", "|---|---|---|---|---|---|"]
-    for r in sec.get("rows", []):
-        if "error" in r:
-            lines.append(f"| {r['model']} | {r['precision']} | {r['k']} | error: `{r['error']}` | | |")
-            continue
-        lines.append(f"| {r['model']} | {r['precision']} | {r['k']} | {r['local_steps_per_s']:.1f} | "
-                     f"{r['packed_steps_per_s']:.1f} | {r['ratio']:.2f}x |")
-    return lines
+    return lines + _table(sec, ("model", "precision", "K", "local", "packed", "packed / local"),
+                          lambda r: [r["model"], r["precision"], r["k"]],
+                          lambda r: [f"{r['local_steps_per_s']:.1f}", f"{r['packed_steps_per_s']:.1f}",
+                                     f"{r['ratio']:.2f}x"])
 
 
 def cost(sec: dict) -> list[str]:
