@@ -56,6 +56,23 @@ def method_config(method_cls, lora_r: int, targets: str, dropout: float, kind: s
     return method_cls.resolve_config(cfg, kind)
 
 
+def step_settings(batch_size: int, optimizer: str) -> TrainSettings:
+    """The local settings a planned step runs with: one epoch of ``batch_size``, ``optimizer``."""
+    return TrainSettings(local_epochs=1, batch_size=batch_size, optimizer=optimizer, lr=1e-3, momentum=0.0,
+                         weight_decay=0.0, grad_clip=None, max_steps=None)
+
+
+def meta_planner(shape, method_cls, cfg, batch: dict, settings: TrainSettings) -> Planner:
+    """A :class:`Planner` of ``method_cls`` (config ``cfg``) on ``shape``'s model built on
+    ``meta`` (no weights), its steps metered on ``batch`` (``shape.batch``); the probe
+    federation runs 10 rounds. ``planner.probe(layers, rank)`` measures one budget."""
+    with on_meta():
+        am = AdapterModel(shape.bundle(), cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets, "meta")
+        setup = ProbeSetup(am=am, task=shape.task, batch=batch, settings=settings, rounds=10,
+                           n_classes=shape.n_classes, data_info={})
+        return Planner(method_cls, cfg, setup)
+
+
 def plan_rows(model: str | None, model_config: str | None, methods: list[str], devices: dict[str, Device],
               batch_size: int, seq_len: int, steps: int, optimizer: str, lora_r: int, targets: str,
               dropout: float, precision: str, n_classes: int, explicit: bool = True) -> tuple[list[Row], str]:
@@ -65,8 +82,7 @@ def plan_rows(model: str | None, model_config: str | None, methods: list[str], d
     from fedbench.methods.paper_defaults import paper_defaults
 
     shape = shape_of(model, model_config, n_classes)
-    settings = TrainSettings(local_epochs=1, batch_size=batch_size, optimizer=optimizer, lr=1e-3, momentum=0.0,
-                             weight_decay=0.0, grad_clip=None, max_steps=None)
+    settings = step_settings(batch_size, optimizer)
     batch = shape.batch(batch_size, seq_len)
     rows = []
     for key in methods:
@@ -77,11 +93,8 @@ def plan_rows(model: str | None, model_config: str | None, methods: list[str], d
                          for d in devices]
             continue
         cfg = method_config(cls, lora_r, targets, dropout, shape.task.kind)
-        with on_meta():
-            am = AdapterModel(shape.bundle(), cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets, "meta")
-            setup = ProbeSetup(am=am, task=shape.task, batch=batch, settings=settings, rounds=10, n_classes=n_classes,
-                               data_info={})
-            planner = Planner(cls, cfg, setup)
+        planner = meta_planner(shape, cls, cfg, batch, settings)
+        am = planner.s.am
         rungs = ladder(am.bundle.n_layers, min(max(paper_defaults(shape.task.kind).tier_ranks), cfg.lora_r))
         for name, dev in sorted(devices.items(), key=lambda kv: kv[1].memory_bytes):
             try:
@@ -151,4 +164,4 @@ def cmd_plan(args) -> int:
     return 0
 
 
-__all__ = ["Row", "cmd_plan", "plan_rows", "render"]
+__all__ = ["Row", "cmd_plan", "meta_planner", "plan_rows", "render", "step_settings"]

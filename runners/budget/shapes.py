@@ -12,6 +12,10 @@ PRECISIONS = ("fp32", "bf16")
 SHAPES: dict[str, tuple[str, dict, str]] = {
     "bert-base-uncased": ("bert", {}, "transformers BertConfig() defaults = bert-base-uncased's config.json "
                                       "(hidden 768, 12 layers, 12 heads, ffn 3072, vocab 30522)"),
+    "minilm-l6": ("bert", {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
+                           "intermediate_size": 1536},
+                  "sentence-transformers/all-MiniLM-L6-v2 config.json (hidden 384, 6 layers, 12 heads, ffn 1536, "
+                  "vocab 30522; the offline alias minilm-l6's model)"),
     "vit-b16": ("vit", {}, "transformers ViTConfig() defaults = google/vit-base-patch16-224's config.json "
                            "(hidden 768, 12 layers, 12 heads, ffn 3072, 224 px, patch 16)"),
     "opt-1.3b": ("opt", {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32,

