@@ -31,7 +31,7 @@ import numpy as np
 from fedbench.errors import UserError
 from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodContext, ServerAPI, Traffic
 from fedbench.runners.adapters import AdapterModel
-from fedbench.runners.stepcost import StepFigures, measure_step
+from fedbench.runners.stepcost import StepAccountant, StepFigures, measure_step
 from fedbench.runners.train import TrainSettings, adapter_for
 
 
@@ -114,6 +114,7 @@ class Planner:
                  server: ServerAPI | None = None, cache: dict | None = None, attach_extras: bool = True):
         self.method_cls, self.config, self.s = method_cls, config, setup
         self.server = server or EqualScores()
+        self.memory = StepAccountant(setup.am, setup.task, setup.batch, setup.settings)  # shared by every probe
         self.cache = {} if cache is None else cache
         top = ClientProfile(0, 0, setup.am.bundle.n_layers, setup.lora_r, 1)
         if attach_extras:  # the method's extra modules, as a federation of the top budget places them
@@ -131,7 +132,7 @@ class Planner:
             lora_r=s.lora_r, lora_alpha=s.lora_alpha, task_kind=s.task_kind, server=self.server,
             block_bytes=am.block_bytes, rounds=s.rounds, extra_keys=list(am.extra_keys),
             init_head=s.task.init_head, n_classes=s.n_classes, data_info=dict(s.data_info),
-            parts=am.bundle.parts, part_keys=am.part_keys)
+            parts=am.bundle.parts, part_keys=am.part_keys, memory=self.memory)
 
     def probe(self, layers: int, rank: int) -> Probe:
         am = self.s.am

@@ -38,10 +38,11 @@ from fedbench.runners.report import Outcome, build_record
 from fedbench.runners.rounds import Loop, run_rounds
 from fedbench.runners.saving import save_model
 from fedbench.runners.server import ServerTools
-from fedbench.runners.simtime import SimClock, device_tiers
+from fedbench.runners.simtime import SimClock, device_tiers, probe_setup
 from fedbench.runners.signals import Cancelled, SignalGuard, cancel_on_signals
 from fedbench.runners.spec import RunSpec, build_spec
 from fedbench.runners.state import RunState
+from fedbench.runners.stepcost import StepAccountant
 from fedbench.runners.store import ClientStore
 from fedbench.runners.tiers import TierAssigner
 from fedbench.runners.train import NonFiniteLoss
@@ -123,7 +124,9 @@ class Experiment:
             )
         profiles = self.tiers.static_profiles(fed.sizes)
         self.server = ServerTools(am, self.task, fed.proxy, self.device)
-        self.worker = wspec.build(self.data, profiles, server=self.server, pool=pool)
+        s = probe_setup(spec, am, self.task, self.data)  # a batch of the run's shape for the memory accountant
+        memory = StepAccountant(am, self.task, s.batch, s.settings)
+        self.worker = wspec.build(self.data, profiles, server=self.server, pool=pool, memory=memory)
         self.worker.method.check_tiers(self.tiers.reachable_profiles(fed.sizes))
         self.store = ClientStore(self.record_path().with_suffix(".clients"), int(r.store_memory_mb * 1e6))
         self.evaluator = Evaluator(self.worker.method, self.task, am, fed, self.store, self.data.domain_names,

@@ -103,7 +103,8 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
                 cb.on_client_progress(r, client, step, steps)
 
         loop.executor.listen(progress)
-        for (plan, payload), res in zip(entries, loop.executor.execute(jobs())):
+        for (_, payload), res in zip(entries, loop.executor.execute(jobs())):
+            plan = res.plan  # as the client trained it (Method.client_select)
             traffic = method.traffic(plan, payload, res.upload)
             res.cost.down_bytes, res.cost.up_bytes = traffic.down_bytes, traffic.up_bytes
             res.cost.down_variants = dict(traffic.down_variants)

@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fedbench.methods.base import ClientPlan, Method, tensor_bytes
+from fedbench.methods.base import ClientPlan, LocalPhase, MemoryAPI, Method, tensor_bytes
 from fedbench.runners.adapters import AdapterModel
 from fedbench.runners.meters import SavedTensorBytes, count_flops, optimizer_state_bytes
 from fedbench.runners.train import TrainSettings, adapter_for, make_optimizer
@@ -121,10 +121,11 @@ def on_meta() -> Iterator[None]:
 
 
 def measure_step(am: AdapterModel, task: Any, method: Method, plan: ClientPlan, batch: Any,
-                 settings: TrainSettings) -> StepFigures:
-    """The figures of ``plan``'s first local step on ``batch`` (already on the model's device)."""
+                 settings: TrainSettings, phase: LocalPhase | None = None) -> StepFigures:
+    """The figures of ``plan``'s first local step on ``batch`` (already on the model's device);
+    ``phase``: the phase measured (default: the method's first for ``plan``)."""
     adapter = adapter_for(am, plan)
-    phase = method.local_phases(plan)[0]
+    phase = method.local_phases(plan)[0] if phase is None else phase
     saved_state = am.read(phase.trainable, adapter)
     am.model.zero_grad(set_to_none=True)
     with torch.random.fork_rng(devices=[]), am.use_adapter(adapter), am.subset_blocks(plan.blocks), \
@@ -157,4 +158,24 @@ def measure_step(am: AdapterModel, task: Any, method: Method, plan: ClientPlan, 
                        param_bytes + grad_bytes + opt_bytes + saved.bytes, breakdown)
 
 
-__all__ = ["FusedAttention", "MetaSavedBytes", "MetaScalars", "on_meta", "StepFigures", "measure_step"]
+class StepAccountant(MemoryAPI):
+    """The runner's memory accountant (:class:`~fedbench.methods.base.MemoryAPI`): one
+    :func:`measure_step` per distinct (method class, architecture, rank, alpha, blocks,
+    trained set) on ``am`` and ``batch`` (a batch of the run's shape on the model's device),
+    cached; the figures' breakdown is returned. Real tensors or ``meta`` (``fedbench plan``)."""
+
+    def __init__(self, am: AdapterModel, task: Any, batch: Any, settings: TrainSettings):
+        self.am, self.task, self.batch, self.settings = am, task, batch, settings
+        self.cache: dict[tuple, dict[str, int]] = {}
+
+    def step_bytes(self, method, plan, trainable):
+        key = (type(method).__qualname__, plan.arch, plan.rank, plan.lora_alpha, plan.blocks, tuple(sorted(trainable)))
+        if key not in self.cache:
+            fig = measure_step(self.am, self.task, method, plan, self.batch, self.settings,
+                               LocalPhase("train", tuple(trainable)))
+            self.cache[key] = {k: int(v) for k, v in fig.breakdown.items()}
+        return dict(self.cache[key])
+
+
+__all__ = ["FusedAttention", "MetaSavedBytes", "MetaScalars", "on_meta", "StepAccountant", "StepFigures",
+           "measure_step"]
