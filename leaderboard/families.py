@@ -14,8 +14,8 @@ __all__ = ["FAMILIES", "OTHER", "family_of", "families_in"]
 #: family name -> method keys, in the order the plots draw them
 FAMILIES: dict[str, tuple[str, ...]] = {
     "baselines": ("fedavg", "all_small", "straggler", "exclusive"),
-    "layer / depth subsets": ("fedra", "fedra_fulldepth", "inclusivefl", "depthfl"),
-    "rank heterogeneity": ("hetlora", "flexlora", "flora", "raflora", "hlora", "fed_plora"),
+    "layer / depth subsets": ("fedra", "fedra_fulldepth", "inclusivefl", "depthfl", "fed_pilot"),
+    "rank heterogeneity": ("hetlora", "flexlora", "flora", "raflora", "hlora", "fed_plora", "fedhl"),
     "LoRA aggregation (2024-2026)": ("ffa_lora", "fedex_lora", "lora_fair", "fed_sb"),
     "Fed-HeLLo": ("fed_hello", "fed_hello_fim", "fed_hello_rgd", "fed_hello_gd_triangle", "fed_hello_gd_inverted",
                   "fed_hello_gd_bottleneck", "fed_hello_gd_uniform"),
