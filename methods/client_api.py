@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 class MemoryAPI:
     """The run's memory accountant behind a typed interface (the runner's implementation:
-    :class:`fedbench.runners.stepcost.StepAccountant`): the accounted bytes of one local
+    :class:`fedbench.runners.cost.stepcost.StepAccountant`): the accounted bytes of one local
     step (the meters' definition: parameters + gradients + optimizer state + bytes saved for
     backward), measured on the run's model and a batch of the run's shape, once per distinct
     trained set. What a method's memory cost model is built from (``MethodContext.memory``)."""
@@ -27,7 +27,7 @@ class MemoryAPI:
 
 class ClientAPI:
     """Tools of one client-round for choosing what to train on the client's own data (the
-    runner's implementation: :class:`fedbench.runners.selection.ClientTools`), given to
+    runner's implementation: :class:`fedbench.runners.executors.selection.ClientTools`), given to
     ``Method.client_select`` with the client's payload loaded; their FLOPs are the client's."""
 
     def grad_sq_norms(self, keys: Sequence[str], batches: int) -> dict[str, float]:

@@ -13,8 +13,8 @@ from fedbench.methods.aggregation_hetero import dwa_gains, extrapolate
 from fedbench.methods.base import ClientAPI, ClientPlan, ClientUpdate, MemoryAPI, MethodState
 from fedbench.methods.fed_pilot import BUDGET, COST, GLOBAL, HISTORY, SELECTED, FedPilot, FedPilotConfig
 from fedbench.methods.memory_plan import MemoryCostModel, ig_values, knapsack, select_under_budget
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.selection import select_plan
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.executors.selection import select_plan
 from smoke import SMALL_TASK_CONFIGS
 
 

@@ -11,7 +11,7 @@ from fedbench.methods.aggregation_hetero import full_rank_merge
 from fedbench.methods.base import ClientUpdate
 from fedbench.methods.fedhl import FedHL, FedHLConfig
 from fedbench.methods.rank_hetero import base_key
-from fedbench.runners.train import adapter_for
+from fedbench.runners.executors.train import adapter_for
 
 M = "blocks.1.fc"
 A1, B1, W1 = M + ".lora_A.weight", M + ".lora_B.weight", M + ".base_layer.weight"

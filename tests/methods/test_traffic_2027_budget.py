@@ -18,8 +18,8 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientAPI, ClientProfile, ClientUpdate, MemoryAPI, MethodContext, tensor_bytes
 from fedbench.methods.fed_pilot import INDEX_BYTES, SCORE_BYTES, SELECTED
-from fedbench.runners.adapters import AdapterModel
-from fedbench.runners.selection import select_plan
+from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.runners.executors.selection import select_plan
 
 _spec = importlib.util.spec_from_file_location("traffic_2026", Path(__file__).with_name("test_traffic_2026.py"))
 traffic_2026 = importlib.util.module_from_spec(_spec)
