@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from fedbench.runners.sweep import load_sweep
+from fedbench.runners.core.sweep import load_sweep
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
