@@ -169,6 +169,6 @@ class FedPilot(Method):
                 a, b = self.modules[i] + A_SFX, self.modules[i] + B_SFX
                 for k in (a, b):  # temporal: the gain on the move towards this round's mean
                     out[k] = extrapolate(state.tensors[k], out[k], gains[i])
-                scores[i] = float((lora_product(out[a], out[b], s) - lora_product(state.tensors[a], state.tensors[b], s))
-                                  .norm())
+                before = lora_product(state.tensors[a], state.tensors[b], s)  # (d_out, d_in)
+                scores[i] = float((lora_product(out[a], out[b], s) - before).norm())
         return MethodState(out, {**state.extra, HISTORY: history, GLOBAL: scores})

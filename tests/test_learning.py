@@ -38,8 +38,8 @@ rounds x 1 epoch: fed_hello +0.067 / +0.033, fed_hello_rgd +0.067 / +0.033,
 fed_hello_gd_triangle +0.020 / +0.080, fed_hello_fim +0.013 / +0.027, hetlora +0.027 / +0.040
 (rank 1 / 4 / 16 tiers, scaling alpha / r_max), flora +0.053 / +0.013, fed_plora +0.040 /
 +0.040, fed_sb +0.027 / -0.007, hlora +0.033 / +0.013, lora_fair +0.020 / +0.073, raflora
-+0.020 / +0.047; of 2027, where only the head-only margin failed: fed_pilot +0.000 / +0.113, fedhl +0.053 / +0.013): their rank- or
-layer-restricted LoRA needs more local steps to learn the
++0.020 / +0.047; of 2027, where only the head-only margin failed: fed_pilot +0.000 / +0.113,
+fedhl +0.053 / +0.013): their rank- or layer-restricted LoRA needs more local steps to learn the
 order labels than a head does to read the keyword pair. Twelve of them run 3 local epochs
 (:data:`LOCAL_EPOCHS`), and so do their head-only references (the same budget); all twelve pass
 there (FEDBENCH_LEARNING_ALL=1, 2026-11-25: the 11 at 3 epochs in 10 min 25 s on one core;

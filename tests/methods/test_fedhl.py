@@ -8,7 +8,6 @@ import torch
 
 from fedbench.methods import METHODS
 from fedbench.methods.aggregation_hetero import full_rank_merge
-from fedbench.methods.base import ClientUpdate
 from fedbench.methods.fedhl import FedHL, FedHLConfig
 from fedbench.methods.rank_hetero import base_key
 from fedbench.runners.executors.train import adapter_for
@@ -27,26 +26,13 @@ def _setup(tiny_am, ctx_for, ranks, **cfg):
     return am, m, state, plans
 
 
-def _updates(m, state, plans, sizes, seed=5):
-    g = torch.Generator().manual_seed(seed)
-    ups = []
-    for c, n in enumerate(sizes):
-        r = plans[c].rank
-        t = {k: state.tensors[k].clone() for k in m.ctx.head_keys}
-        for mod in m.modules:  # non-symmetric random factors
-            t[mod + ".lora_A.weight"] = torch.randn(r, 4, generator=g)
-            t[mod + ".lora_B.weight"] = torch.randn(4, r, generator=g)
-        ups.append(ClientUpdate(c, t, n, plans[c]))
-    return ups
-
-
-def test_merge_is_the_weighted_sum_of_each_clients_own_product(tiny_am, ctx_for):
+def test_merge_is_the_weighted_sum_of_each_clients_own_product(tiny_am, ctx_for, rank_updates):
     """Ranks 1 and 2, n = (1, 3): w = (0.25, 0.75), W^{t+1} - W^t = 0.25 (8 / 1) B_1 A_1 +
     0.75 (8 / 2) B_2 A_2 (float32 tolerance); nothing is truncated (rank 3 of a 4 x 4 update)."""
     assert METHODS.get("fedhl") is FedHL
     am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2])
     assert [plans[c].rank for c in (0, 1)] == [1, 2]
-    ups = _updates(m, state, plans, [1, 3])
+    ups = rank_updates(m, state, plans, [1, 3])
     assert m.aggregation_weights(ups) == [0.25, 0.75]
     new = m.aggregate(state, ups)
     (a1, b1), (a2, b2) = [(u.tensors[A1], u.tensors[B1]) for u in ups]
@@ -57,9 +43,9 @@ def test_merge_is_the_weighted_sum_of_each_clients_own_product(tiny_am, ctx_for)
     assert torch.count_nonzero(new.tensors[B1]) == 0  # the adapter stays empty: everything is in W
 
 
-def test_uniform_weights_are_one_over_k(tiny_am, ctx_for):
+def test_uniform_weights_are_one_over_k(tiny_am, ctx_for, rank_updates):
     am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2], weights="uniform")
-    ups = _updates(m, state, plans, [1, 3])
+    ups = rank_updates(m, state, plans, [1, 3])
     assert m.aggregation_weights(ups) == [0.5, 0.5]
     (a1, b1), (a2, b2) = [(u.tensors[A1], u.tensors[B1]) for u in ups]
     delta = m.aggregate(state, ups).tensors[W1] - state.tensors[W1]
@@ -75,11 +61,11 @@ def test_global_weight_is_float32_and_keeps_small_updates():
     assert (w.float() + b @ a).to(torch.bfloat16)[0, 0].item() == 1.0
 
 
-def test_clients_first_forward_is_the_global_model(tiny_am, ctx_for):
+def test_clients_first_forward_is_the_global_model(tiny_am, ctx_for, rank_updates):
     """After a merge, client 1 (rank 2) loads its payload (W^t, fresh A, B = 0) into its own
     rank-2 adapter: its output equals the evaluated global model's."""
     am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2])
-    new = m.aggregate(state, _updates(m, state, plans, [1, 3]))
+    new = m.aggregate(state, rank_updates(m, state, plans, [1, 3]))
     nxt = m.plan(2, list(m.ctx.profiles.values()), new, np.random.default_rng(1))
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(2))
     with torch.no_grad(), am.base_overlay(m.eval_tensors(new)):
