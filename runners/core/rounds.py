@@ -7,7 +7,8 @@
 3. build a :class:`~fedbench.runners.executors.worker.ClientJob` per training client: its payload
    and its private state from the client store, read when the job is handed out;
 4. the executor runs the jobs (``local``: one after another; ``ray``: on actors);
-5. each result's traffic is counted through ``Method.traffic`` (the one place), its
+5. each result's traffic is counted through ``Method.traffic`` (the one place) on the plan
+   the client trained (``Method.client_select`` may have chosen it on the client), its
    private state goes back to the store, its upload becomes a ``ClientUpdate``;
 6. the method aggregates; the global model is evaluated on the round's schedule;
 7. callbacks get the round's log and the run state; any may return a ``Stop``.
