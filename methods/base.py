@@ -20,6 +20,7 @@ import torch
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods.aggregation import weighted_mean_by_key
+from fedbench.methods.client_api import ClientAPI, MemoryAPI
 from fedbench.tasks.base import ModelParts
 
 
@@ -170,6 +171,8 @@ class MethodContext:
     #: head; None = it declares none) and, per part, the canonical names of its tensors
     parts: ModelParts | None = None
     part_keys: dict[str, list[str]] = field(default_factory=dict)
+    #: the run's memory accountant (None: the runner offers none, e.g. in a worker process)
+    memory: MemoryAPI | None = None
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]
@@ -224,6 +227,8 @@ class Method:
       ``local_loss``           an extra loss term
       ``hidden_blocks``        blocks whose outputs ``client_loss`` / ``eval_logits`` read
       ``client_statistics``    non-parameter tensors uploaded after training
+    Client-side selection
+      ``client_select``        the plan a client trains, chosen on the client from its own data
     Aggregation
       ``aggregate``            the new global state from the clients' updates
     Evaluation
@@ -368,6 +373,15 @@ class Method:
         uploaded with its parameters (per-class mean logits, prototypes, counts);
         ``batches()`` iterates over its training data. Counted as traffic. Default: none."""
         return {}
+
+    # -- client-side selection (Fed-pilot's knapsack) ------------------------------------
+    def client_select(self, plan: ClientPlan, client: ClientAPI) -> ClientPlan:
+        """The plan the client trains, chosen on the client before its local training from
+        its own data (``client``'s tools) and what ``plan`` carries (e.g. a memory budget and
+        cost model, ``MethodContext.memory``). It may change ``train_layers`` and ``extra``
+        only (the worker checks); every executor trains, uploads, counts and aggregates the
+        returned plan. Default: ``plan`` unchanged (nothing is computed)."""
+        return plan
 
     # -- aggregation -------------------------------------------------------------------
     def aggregate(self, state: MethodState, updates: Sequence[ClientUpdate]) -> MethodState:

@@ -31,7 +31,7 @@ import numpy as np
 from fedbench.errors import UserError
 from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodContext, ServerAPI, Traffic
 from fedbench.runners.executors.adapters import AdapterModel, method_context
-from fedbench.runners.cost.stepcost import StepFigures, measure_step
+from fedbench.runners.cost.stepcost import StepAccountant, StepFigures, measure_step
 from fedbench.runners.core.spec import TrainSettings
 from fedbench.runners.executors.train import adapter_for
 from fedbench.units import format_bytes
@@ -113,6 +113,7 @@ class Planner:
                  server: ServerAPI | None = None, cache: dict | None = None, attach_extras: bool = True):
         self.method_cls, self.config, self.s = method_cls, config, setup
         self.server = server or EqualScores()
+        self.memory = StepAccountant(setup.am, setup.task, setup.batch, setup.settings)  # shared by every probe
         self.cache = {} if cache is None else cache
         top = ClientProfile(0, 0, setup.am.bundle.n_layers, setup.am.r, 1)
         if attach_extras:  # the method's extra modules, as a federation of the top budget places them
@@ -125,7 +126,8 @@ class Planner:
 
     def _ctx(self, profile: ClientProfile) -> MethodContext:
         s = self.s
-        return method_context(s.am, {0: profile}, s.rounds, s.task, s.n_classes, s.data_info, self.server)
+        return method_context(s.am, {0: profile}, s.rounds, s.task, s.n_classes, s.data_info, self.server,
+                              self.memory)
 
     def probe(self, layers: int, rank: int) -> Probe:
         am = self.s.am

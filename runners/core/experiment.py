@@ -38,10 +38,11 @@ from fedbench.runners.outputs.report import Outcome, build_record
 from fedbench.runners.core.rounds import Loop, run_rounds
 from fedbench.runners.outputs.saving import save_model
 from fedbench.runners.core.server import ServerTools
-from fedbench.runners.budget.simtime import SimClock, device_tiers
+from fedbench.runners.budget.simtime import SimClock, device_tiers, probe_setup
 from fedbench.runners.core.signals import Cancelled, SignalGuard, cancel_on_signals
 from fedbench.runners.core.spec import RunSpec, build_spec
 from fedbench.runners.core.state import RunState
+from fedbench.runners.cost.stepcost import StepAccountant
 from fedbench.runners.core.store import ClientStore
 from fedbench.runners.core.tiers import TierAssigner
 from fedbench.runners.executors.step import NonFiniteLoss
@@ -126,7 +127,9 @@ class Experiment:
             )
         profiles = self.tiers.static_profiles(fed.sizes)
         self.server = ServerTools(am, self.task, fed.proxy, self.device)
-        self.worker = wspec.build(self.data, profiles, server=self.server, pool=pool)
+        s = probe_setup(spec, am, self.task, self.data)  # a batch of the run's shape for the memory accountant
+        memory = StepAccountant(am, self.task, s.batch, s.settings)
+        self.worker = wspec.build(self.data, profiles, server=self.server, pool=pool, memory=memory)
         self.worker.method.check_tiers(self.tiers.reachable_profiles(fed.sizes))
         self.store = ClientStore(checkpoint.clients_path(self.record_path()), int(r.store_memory_mb * MB))
         self.evaluator = Evaluator(self.worker.method, self.task, am, fed, self.store, self.data.domain_names,

@@ -7,7 +7,8 @@
 3. build a :class:`~fedbench.runners.executors.worker.ClientJob` per training client: its payload
    and its private state from the client store, read when the job is handed out;
 4. the executor runs the jobs (``local``: one after another; ``ray``: on actors);
-5. each result's traffic is counted through ``Method.traffic`` (the one place), its
+5. each result's traffic is counted through ``Method.traffic`` (the one place) on the plan
+   the client trained (``Method.client_select`` may have chosen it on the client), its
    private state goes back to the store, its upload becomes a ``ClientUpdate``;
 6. the method aggregates; the global model is evaluated on the round's schedule;
 7. callbacks get the round's log and the run state; any may return a ``Stop``.
@@ -103,7 +104,8 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
                 cb.on_client_progress(r, client, step, steps)
 
         loop.executor.listen(progress)
-        for (plan, payload), res in zip(entries, loop.executor.execute(jobs())):
+        for (_, payload), res in zip(entries, loop.executor.execute(jobs())):
+            plan = res.plan  # as the client trained it (Method.client_select)
             traffic = method.traffic(plan, payload, res.upload)
             res.cost.down_bytes, res.cost.up_bytes = traffic.down_bytes, traffic.up_bytes
             res.cost.down_variants = dict(traffic.down_variants)

@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fedbench.methods.base import ClientPlan, Method
+from fedbench.methods.base import ClientPlan, LocalPhase, MemoryAPI, Method
 from fedbench.runners.cost.meters import ClientCost, SavedTensorBytes, account_step, count_flops
 from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.runners.executors.step import StepMeter
@@ -151,12 +151,13 @@ class WholeStepMeter(StepMeter):
 
 
 def measure_step(am: AdapterModel, task: Any, method: Method, plan: ClientPlan, batch: Any,
-                 settings: TrainSettings) -> StepFigures:
+                 settings: TrainSettings, phase: LocalPhase | None = None) -> StepFigures:
     """The figures of ``plan``'s first local step on ``batch`` (already on the model's device):
     one step of the training loop (:func:`~fedbench.runners.executors.train.train_steps`)
-    metered whole (:class:`WholeStepMeter`); on ``meta`` without gradient clipping."""
+    metered whole (:class:`WholeStepMeter`); on ``meta`` without gradient clipping.
+    ``phase``: the phase measured (default: the method's first for ``plan``)."""
     adapter = adapter_for(am, plan)
-    phase = method.local_phases(plan)[0]
+    phase = method.local_phases(plan)[0] if phase is None else phase
     saved_state = am.read(phase.trainable, adapter)
     meta = am.device.type == "meta"
     cost = ClientCost(client=plan.client, tier=plan.tier)
@@ -174,4 +175,24 @@ def measure_step(am: AdapterModel, task: Any, method: Method, plan: ClientPlan, 
     return StepFigures(cost.flops_forward_step, cost.flops_backward_step, cost.accounted_bytes, dict(cost.breakdown))
 
 
-__all__ = ["FusedAttention", "MetaSavedBytes", "MetaScalars", "on_meta", "StepFigures", "WholeStepMeter", "measure_step"]
+class StepAccountant(MemoryAPI):
+    """The runner's memory accountant (:class:`~fedbench.methods.base.MemoryAPI`): one
+    :func:`measure_step` per distinct (method class, architecture, rank, alpha, blocks,
+    trained set) on ``am`` and ``batch`` (a batch of the run's shape on the model's device),
+    cached; the figures' breakdown is returned. Real tensors or ``meta`` (``fedbench plan``)."""
+
+    def __init__(self, am: AdapterModel, task: Any, batch: Any, settings: TrainSettings):
+        self.am, self.task, self.batch, self.settings = am, task, batch, settings
+        self.cache: dict[tuple, dict[str, int]] = {}
+
+    def step_bytes(self, method, plan, trainable):
+        key = (type(method).__qualname__, plan.arch, plan.rank, plan.lora_alpha, plan.blocks, tuple(sorted(trainable)))
+        if key not in self.cache:
+            fig = measure_step(self.am, self.task, method, plan, self.batch, self.settings,
+                               LocalPhase("train", tuple(trainable)))
+            self.cache[key] = {k: int(v) for k, v in fig.breakdown.items()}
+        return dict(self.cache[key])
+
+
+__all__ = ["FusedAttention", "MetaSavedBytes", "MetaScalars", "on_meta", "StepAccountant", "StepFigures",
+           "WholeStepMeter", "measure_step"]

@@ -1,6 +1,8 @@
 """The ``packed`` executor: a round's clients that share a backbone trained in one pass per step.
 
-The round's jobs are read first, then split:
+The round's jobs are read first, each with the plan its client chooses on its own data
+(``Method.client_select``, :meth:`~fedbench.runners.executors.worker.ClientWorker.select`: as it would
+alone), then split:
 
 - **packed**: clients whose local training is a plain supervised step (from what the
   method and task declare, ``Method.plain_step`` and ``Task.plain_loss``, and the plan;
@@ -127,6 +129,8 @@ class PackedExecutor(LocalExecutor):
         task = worker.pool.task
         results: list[ClientResult | None] = [None] * len(jobs)
         groups: dict[tuple, list[tuple[int, ClientJob, str, LocalPhase, dict]]] = {}
+        selected = [worker.select(job) for job in jobs]  # every client's own plan, chosen as alone
+        jobs, select_flops = [j for j, _ in selected], [f for _, f in selected]
         for i, job in enumerate(jobs):
             arch, tensors = worker.job_tensors(job)
             am = worker.pool.get(arch)
@@ -142,10 +146,11 @@ class PackedExecutor(LocalExecutor):
         for key, members in groups.items():
             if len(members) >= 2:
                 for i, res in self._run_group(key[0], members):
+                    res.cost.flops_total += select_flops[i]
                     results[i] = res
         for i, job in enumerate(jobs):
             if i not in packed:
-                results[i] = worker.run(job, self.step_hook(job))
+                results[i] = worker.train(job, select_flops[i], self.step_hook(job))
             self.ran.setdefault(job.round, {})[job.plan.client] = "packed" if i in packed else "sequential"
         if jobs:
             log.info("round %d: %d clients packed in %d groups, %d sequential", jobs[0].round, len(packed),
@@ -191,4 +196,4 @@ class PackedExecutor(LocalExecutor):
         cost.first_loss = c.losses[0] if c.losses else None
         upload = {k: c.tensors[k].detach().clone() for k in method.upload_keys(plan)}
         private = {k: c.tensors[k].detach().clone() for k in method.private_keys(plan)}
-        return ClientResult(plan.client, upload, private, cost)
+        return ClientResult(plan.client, upload, private, cost, plan)

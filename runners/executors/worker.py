@@ -19,13 +19,14 @@ import numpy as np
 import torch
 
 from fedbench.errors import UserError
-from fedbench.methods.base import ClientPlan, ClientProfile, Method, ServerAPI
+from fedbench.methods.base import ClientPlan, ClientProfile, MemoryAPI, Method, ServerAPI
 from fedbench.runners.executors.adapters import AdapterModel, method_context
 from fedbench.runners.cost.meters import ClientCost, PeakRSS
 from fedbench.runners.executors.precision import autocast
 from fedbench.runners.core.seeds import seed_for
 from fedbench.runners.core.spec import TrainSettings
-from fedbench.runners.executors.train import MeterCache, StepHook, train_client
+from fedbench.runners.executors.selection import ClientTools, select_plan
+from fedbench.runners.executors.train import MeterCache, StepHook, adapter_for, train_client
 from fedbench.tasks.base import EvalResult, Task, TaskData, subset
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class ClientResult:
     upload: dict[str, torch.Tensor]
     private: dict[str, torch.Tensor]
     cost: ClientCost
+    plan: ClientPlan  # the plan it trained: the job's, as ``Method.client_select`` chose it on the client
 
 
 @dataclass
@@ -146,17 +148,18 @@ class WorkerSpec:
         return cls(spec, device, threads, spec.method_cls, spec.task_cls)
 
     def build(self, data: TaskData, profiles: Mapping[int, ClientProfile], server: ServerAPI | None = None,
-              pool: ModelPool | None = None) -> "ClientWorker":
+              pool: ModelPool | None = None, memory: MemoryAPI | None = None) -> "ClientWorker":
         """The model pool, the method (its context complete) and the worker, for ``data``
         and the clients' static tier ``profiles``. ``server``: the driver's server tools
-        (None in a worker process); ``pool``: a pool already built from this spec (the
-        driver builds it first, to size the tiers by the model's depth)."""
+        and ``memory`` its memory accountant (None in a worker process); ``pool``: a pool
+        already built from this spec (the driver builds it first, to size the tiers by the
+        model's depth)."""
         spec = self.spec
         torch.set_num_threads(self.threads)
         if pool is None:
             pool = ModelPool(self.task_cls(spec.task_config), data, spec.lora, spec.run.seed, torch.device(self.device))
         am = pool.get()  # the default architecture: global model, server tools, evaluation
-        ctx = method_context(am, profiles, spec.run.rounds, pool.task, data.n_classes, data.info, server)
+        ctx = method_context(am, profiles, spec.run.rounds, pool.task, data.n_classes, data.info, server, memory)
         cls, cfg = self.method_cls, spec.method_config
         pool.set_extras(lambda head: cls.extra_modules(cfg, ctx, head))
         method = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))  # a complete context
@@ -170,7 +173,25 @@ class ClientWorker:
         self.rss = PeakRSS()
 
     def run(self, job: ClientJob, on_step: StepHook | None = None) -> ClientResult:
-        """Train ``job``'s client; ``on_step(step, steps)`` hears of each local step (progress)."""
+        """Select (``Method.client_select``) and train ``job``'s client; ``on_step(step, steps)``
+        hears of each local step (progress)."""
+        return self.train(*self.select(job), on_step=on_step)
+
+    def select(self, job: ClientJob) -> tuple[ClientJob, float]:
+        """``job`` with the plan its client trains (chosen on the client from its own data by
+        ``Method.client_select``; the job's plan by default) and the FLOPs that choice took."""
+        arch, tensors = self.job_tensors(job)
+        am = self.pool.get(arch)
+        tools = ClientTools(am, self.pool.task, self.pool.data.train, job.indices, job.plan, tensors,
+                            adapter_for(am, job.plan), self.settings.batch_size, self.settings.precision,
+                            seed_for(job.seed, "select"), count=self.meter is not None)
+        with torch.random.fork_rng(devices=[am.device] if am.device.type == "cuda" else []):
+            plan = select_plan(self.method, job.plan, tools)
+        return dataclasses.replace(job, plan=plan), tools.flops
+
+    def train(self, job: ClientJob, select_flops: float = 0.0, on_step: StepHook | None = None) -> ClientResult:
+        """Train ``job``'s client on its plan as it stands (:meth:`select` done);
+        ``select_flops`` are added to its training FLOPs."""
         plan, method = job.plan, self.method
         arch, tensors = self.job_tensors(job)
         am = self.pool.get(arch)
@@ -181,7 +202,8 @@ class ClientWorker:
                                               tensors, self.settings, np.random.default_rng(job.seed),
                                               self.meter, arch, on_step)
         cost.rss_peak_bytes = self.rss.read() if reset else None
-        return ClientResult(plan.client, upload, priv, cost)
+        cost.flops_total += select_flops
+        return ClientResult(plan.client, upload, priv, cost, plan)
 
     def job_tensors(self, job: ClientJob) -> tuple[str, dict[str, torch.Tensor]]:
         """``job``'s architecture and the tensors its model starts from: its payload and

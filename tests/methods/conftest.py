@@ -50,3 +50,27 @@ def ctx_for():
         return method_context(am, profiles, rounds)
 
     return make
+
+
+@pytest.fixture
+def rank_updates():
+    """rank_updates(m, state, plans, sizes, seed=5) -> [ClientUpdate]: client c (of ``sizes[c]``
+    examples) uploads random, non-symmetric factors at its plan's rank for every LoRA module of
+    ``m.modules`` (A (r_c, d_in), B (d_out, r_c)) and its head unchanged."""
+    from fedbench.methods.base import ClientUpdate
+
+    def make(m, state, plans, sizes, seed=5):
+        g = torch.Generator().manual_seed(seed)
+        ups = []
+        for c, n in enumerate(sizes):
+            r = plans[c].rank
+            t = {k: state.tensors[k].clone() for k in m.ctx.head_keys}
+            for mod in m.modules:
+                d_out = state.tensors[mod + ".lora_B.weight"].shape[0]
+                d_in = state.tensors[mod + ".lora_A.weight"].shape[1]
+                t[mod + ".lora_A.weight"] = torch.randn(r, d_in, generator=g)
+                t[mod + ".lora_B.weight"] = torch.randn(d_out, r, generator=g)
+            ups.append(ClientUpdate(c, t, n, plans[c]))
+        return ups
+
+    return make

@@ -38,7 +38,7 @@ def _planner(tmp_path, method):
         exp.am.bundle.n_layers
 
 
-@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl"])
+@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl", "fed_pilot"])
 def test_a_larger_budget_never_gets_a_smaller_allocation(tmp_path, method):
     planner, L = _planner(tmp_path, method)
     rungs = ladder(L, 16)
@@ -73,7 +73,7 @@ def _device_run(tmp_path, method, **extra):
     return rec
 
 
-@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl"])
+@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl", "fed_pilot"])
 def test_device_run_records_allocations_within_budgets(tmp_path, method):
     rec = _device_run(tmp_path, method)
     dev = rec["run"]["devices"]

@@ -11,6 +11,7 @@ is CUDA's default only (:func:`~fedbench.runners.executors.packed.gather_rows`);
 on (:func:`gathering`) so that it is checked on CPU too.
 """
 
+import dataclasses
 import importlib.util
 
 import pytest
@@ -99,12 +100,15 @@ def same_results(a: Experiment, b: Experiment):
 # still the same record)
 METHODS = {"fedavg": True, "fed_hello_fim": True, "fed_hello_rgd": True, "fed_hello_gd_bottleneck": True,
            "straggler": True, "hetlora": False, "flexlora": True, "fedra": True, "fedra_fulldepth": True,
-           "inclusivefl": True, "all_small": True, "depthfl": False}
+           "inclusivefl": True, "all_small": True, "depthfl": False,
+           # fed_pilot's clients choose their modules on their own data first (Method.client_select), then pack;
+           # fedhl's payload carries base weights (its full-rank global model): sequential
+           "fed_pilot": True, "fedhl": False}
 
 
 #: one per family in the default run (whole model, layer subsets with a probe, ranks run sequentially,
-#: sub-models, multi-exit depth); the others with ``-m slow``
-PACKED_FAST = ("fedavg", "fed_hello_fim", "hetlora", "fedra", "depthfl")
+#: sub-models, multi-exit depth, client-side selection); the others with ``-m slow``
+PACKED_FAST = ("fedavg", "fed_hello_fim", "hetlora", "fedra", "depthfl", "fed_pilot")
 
 
 @pytest.mark.parametrize("method", one_per_family(list(METHODS), PACKED_FAST))
@@ -120,6 +124,36 @@ def test_packed_gives_the_local_record_and_uploads(tmp_path, method):
     assert local["run"]["executor_clients"] == {"local": 2 * 8}
     for placed, sampled in zip(packed["run"]["executor_placement"], packed["run"]["sampled_clients"]):
         assert sorted(placed["packed"] + placed["sequential"]) == sampled
+
+
+class PickOneLayer(FedAvg):
+    """Test-only: planned to train every layer, each client trains only the layer of largest
+    gradient norm on its own data (``Method.client_select``), so its plan differs from the
+    driver's and between clients."""
+
+    def client_select(self, plan, client):
+        sq = client.grad_sq_norms([k for j in plan.train_layers for k in self.ctx.layer_keys[j]], 1)
+        best = max(plan.train_layers, key=lambda j: sum(sq[k] for k in self.ctx.layer_keys[j]))
+        return dataclasses.replace(plan, train_layers=(best,))
+
+
+def test_packed_trains_the_plan_each_client_selects(tmp_path):
+    """The packed executor asks each client's selection before grouping (as ``local`` does):
+    the same record and uploads, every client-round trained one layer (the one it chose), and
+    clients packed; an executor that skipped the hook would upload every layer."""
+    REGISTRY.register("test_pick_one_layer", "test-only")(PickOneLayer)
+    try:
+        local, exp_l = run(tmp_path, "test_pick_one_layer", "local", method_cfg=NO_DROPOUT)
+        packed, exp_p = run(tmp_path, "test_pick_one_layer", "packed", method_cfg=NO_DROPOUT)
+    finally:
+        REGISTRY.remove("test_pick_one_layer")
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
+    assert packed["run"]["executor_clients"]["packed"] > 0
+    chosen = {res.plan.train_layers for res in exp_p.results.values()}
+    assert all(len(layers) == 1 for layers in chosen) and len(chosen) > 1
+    for res in exp_p.results.values():
+        assert {k for k in res.upload if "lora_" in k} == set(exp_p.method.ctx.layer_keys[res.plan.train_layers[0]])
 
 
 def test_the_record_says_how_each_client_ran(tmp_path):
