@@ -1,8 +1,10 @@
 """Throughput of the ``packed`` executor against ``local``: client-steps per second and s/step per tier.
 
-For each K (clients per round, every client sampled) one run of two rounds with each
-executor; the figure is round 2's time inside the executor (round 1 builds models and
-measures the meter's steps), so a client-step is one local step of one client:
+For each K (clients per round, every client sampled) one run with each executor of one
+warm-up round and ``repeats`` timed rounds (default 1); the figure is the median over the
+timed rounds of the time inside the executor (round 1 builds models and measures the
+meter's steps), CUDA synchronised at both ends, so a client-step is one local step of one
+client:
 
     client-steps/s = (sum of the round's client steps) / (seconds the executor took)
 
@@ -15,12 +17,13 @@ ratios should follow local's).
     python benchmarks/packed.py --model minilm-l6 --data /work/shared/data/licenses  # MiniLM (ledgar task)
     python benchmarks/packed.py --task tiny_vision
 
-Importable: :func:`packed_vs_local` (used by benchmarks/throughput.py).
+Importable: :func:`packed_vs_local` (used by benchmarks/gpu_check.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -31,20 +34,24 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's code, not an installed copy
 
-from fedbench.runners.experiment import Experiment  # noqa: E402
+from fedbench.runners.core.experiment import Experiment  # noqa: E402
+from fedbench.runners.cost.meters import sync  # noqa: E402
 
 
 class _Timed(Experiment):
-    """Times the executor's ``execute`` (from the first job to the last result) per round."""
+    """Times the executor's ``execute`` (from the first job to the last result) per round,
+    the device synchronised at both ends (CUDA kernels still queued count)."""
 
     def make_executor(self):
         executor = super().make_executor()
         self.execute_seconds, inner = [], executor.execute
 
         def execute(jobs):  # the round loop stops reading after the last result: time up to each one
+            sync(self.device)
             t0 = time.perf_counter()
             self.execute_seconds.append(0.0)
             for res in inner(jobs):
+                sync(self.device)
                 self.execute_seconds[-1] = time.perf_counter() - t0
                 yield res
         executor.execute = execute
@@ -52,37 +59,40 @@ class _Timed(Experiment):
 
 
 def _one(method: str, task: str, task_config: dict, run: dict, method_config: dict, executor: str, data: Any):
+    """(data, client-steps/s of each timed round (2, 3, ...), {tier: s/step} over them)."""
     exp = _Timed(method, task, {**run, "executor": executor}, method_config=method_config, task_config=task_config,
                  data=data)
     rec, _ = exp.run()
     if rec["status"] != "ok":
         raise SystemExit(f"{method} on {task} with {executor}: {rec['status']}: {rec['error']}")
-    costs = [c for rnd, c in exp.state.costs if rnd == 2 and c.steps]
-    steps = sum(c.steps for c in costs)
+    rates = [sum(c.steps for rnd, c in exp.state.costs if rnd == r) / exp.execute_seconds[r - 1]
+             for r in range(2, run["rounds"] + 1)]
     tiers: dict[int, list[float]] = defaultdict(lambda: [0.0, 0])
-    for c in costs:
+    for c in (c for rnd, c in exp.state.costs if rnd >= 2 and c.steps):
         tiers[c.tier][0] += c.seconds
         tiers[c.tier][1] += c.steps
-    return exp.data, steps / exp.execute_seconds[1], {t: s / n for t, (s, n) in sorted(tiers.items())}
+    return exp.data, rates, {t: s / n for t, (s, n) in sorted(tiers.items())}
 
 
 def packed_vs_local(task: str = "tiny_text", task_config: dict | None = None, method: str = "fedavg",
                     ks: Sequence[int] = (5, 10, 20), steps: int = 4, batch_size: int | None = None,
                     method_config: dict | None = None, device: str | None = None, seed: int = 0,
-                    roc: str | None = "1:1:1") -> list[dict]:
+                    roc: str | None = "1:1:1", repeats: int = 1, run_config: dict | None = None) -> list[dict]:
     """Client-steps/s of ``packed`` and ``local`` for each K in ``ks`` (K clients, all
-    sampled, ``steps`` local steps each, two rounds, round 2 timed).
+    sampled, ``steps`` local steps each, one warm-up round and ``repeats`` timed rounds).
 
-    Returns one dict per K: ``k``, ``local_steps_per_s``, ``packed_steps_per_s``,
-    ``ratio`` (packed / local), ``local_s_per_step`` / ``packed_s_per_step`` ({tier: s/step}).
+    Returns one dict per K: ``k``, ``local_steps_per_s``, ``packed_steps_per_s`` (medians
+    over the timed rounds; ``*_repeats``: each round's), ``ratio`` (packed / local),
+    ``local_s_per_step`` / ``packed_s_per_step`` ({tier: s/step}).
     ``task_config``, ``method_config``: overrides as for ``Experiment``; ``device``: "cpu",
     "cuda" (None: the run default); ``batch_size`` None: the task's default; ``roc``: the
-    tiers' ratio (``run.roc``; None: one tier)."""
+    tiers' ratio (``run.roc``; None: one tier); ``run_config``: more run fields (e.g.
+    ``precision``)."""
     rows, data = [], None
     with tempfile.TemporaryDirectory() as out:
         for k in ks:
-            run = {"clients": k, "per_round": k, "rounds": 2, "max_steps": steps, "local_epochs": 1,
-                   "eval_every": 1000, "seed": seed, "out": out}
+            run = {"clients": k, "per_round": k, "rounds": 1 + repeats, "max_steps": steps, "local_epochs": 1,
+                   "eval_every": 1000, "seed": seed, **(run_config or {}), "out": out}
             if batch_size is not None:
                 run["batch_size"] = batch_size
             if roc is not None:
@@ -91,9 +101,10 @@ def packed_vs_local(task: str = "tiny_text", task_config: dict | None = None, me
                 run["device"] = device
             row: dict[str, Any] = {"k": k}
             for executor in ("local", "packed"):
-                data, rate, tiers = _one(method, task, dict(task_config or {}), run, dict(method_config or {}),
-                                         executor, data)
-                row[f"{executor}_steps_per_s"], row[f"{executor}_s_per_step"] = rate, tiers
+                data, rates, tiers = _one(method, task, dict(task_config or {}), run, dict(method_config or {}),
+                                          executor, data)
+                row[f"{executor}_steps_per_s"], row[f"{executor}_s_per_step"] = statistics.median(rates), tiers
+                row[f"{executor}_steps_per_s_repeats"] = rates
             row["ratio"] = row["packed_steps_per_s"] / row["local_steps_per_s"]
             rows.append(row)
     return rows
@@ -112,13 +123,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--device", default=None)
+    ap.add_argument("--repeats", type=int, default=1, help="timed rounds after the warm-up round (median)")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = ap.parse_args(argv)
     task, cfg = args.task, {}
     if args.model:
         task, cfg = "ledgar", {"model": args.model, "seq_len": args.seq_len, "data_dir": args.data}
     ks = [int(k) for k in args.ks.split(",")]
     for method in (args.method, args.tier_method):
-        rows = packed_vs_local(task, cfg, method, ks, args.steps, args.batch_size, {"lora_dropout": 0.0}, args.device)
+        rows = packed_vs_local(task, cfg, method, ks, args.steps, args.batch_size, {"lora_dropout": 0.0}, args.device,
+                               repeats=args.repeats, run_config={"precision": args.precision})
         print(f"{method} on {task} {cfg.get('model', '')}: client-steps/s, local vs packed")
         for r in rows:
             print(f"  K={r['k']:3d}: local {r['local_steps_per_s']:7.2f}  packed {r['packed_steps_per_s']:7.2f}  "

@@ -74,10 +74,6 @@ class FieldSpec:
     flag: str | None  # the command-line flag ("--per-round"), or None
     aliases: tuple[str, ...]
 
-    @property
-    def in_identity(self) -> bool:
-        return self.role in IDENTITY_ROLES
-
 
 def _default_of(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:

@@ -8,7 +8,7 @@ A record is the only thing leaderboards and plots read. Its shape::
     results  quality: metric_name, final, best, best_round, per_domain, extra, curve
              (+ initial, and for locally evaluated methods per_client and local)
     cost     tflops_per_step, peak_mem_gb, accounted_mem_gb, traffic, seconds
-    env      package versions, GPU name, threads
+    env      package versions, GPU name, threads (a Ray sweep's run: host, Ray node, lost attempts)
 
 :data:`_SCHEMA` below defines every field once; :func:`empty_record` (the skeleton a
 runner fills in) and :func:`validate_record` (by hand, no jsonschema dependency) derive
@@ -146,7 +146,7 @@ _SCHEMA = _Obj({
         "executor_placement": _Opt(_ListOf(_MapOf(_ListOf(INT)))),
         "executor_clients": _Opt(_MapOf(INT)),
         "method_layout": _Opt(DICT),  # Method.layout(): e.g. DepthFL's exits_after_blocks (1-based)
-        # run.save_model: the files saved beside the record, relative to its folder (runners/saving.py):
+        # run.save_model: the files saved beside the record, relative to its folder (runners/outputs/saving.py):
         # the global LoRA + head as a peft adapter folder, the other global tensors (safetensors),
         # each client's private part (locally evaluated methods); null when nothing was saved
         # run.devices: the device mix, each class's figures (with its source), each client's class, and each
@@ -233,6 +233,11 @@ _SCHEMA = _Obj({
         "timm": STR_N,
         "gpu": STR,
         "threads": _Opt(INT_N),  # torch intra-op threads of the run
+        # a run of a Ray sweep: the host and Ray node that ran it, and the attempts lost before
+        # (node or worker process died; retried from the checkpoint the driver held, at that round)
+        "host": _Opt(STR_N),
+        "ray_node": _Opt(STR_N),
+        "retries": _Opt(_ListOf(_Obj({"host": STR_N, "ray_node": STR_N, "error": STR, "checkpoint_round": INT}))),
     }),
 })
 

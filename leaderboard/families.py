@@ -1,37 +1,40 @@
 """Method families: how the plots split a crowded section into small multiples.
 
-A record names its method key only; the families follow the sections of the methods
-document (docs/methods.md), in this order. A method not listed here is drawn under
-``other``, so a new method never breaks a plot (add its key to its family to place it).
+Each method class declares its family (``Method.family``: a section of the methods
+document); this module only orders the families for the plots. A record names its method
+key, resolved through the method registry; a key the registry does not know (a method
+since removed, a plugin not installed) is drawn under ``other``, so a record never breaks
+a plot.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
-__all__ = ["FAMILIES", "OTHER", "family_of", "families_in"]
+__all__ = ["ORDER", "OTHER", "family_of", "families_in"]
 
-#: family name -> method keys, in the order the plots draw them
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "baselines": ("fedavg", "all_small", "straggler", "exclusive"),
-    "layer / depth subsets": ("fedra", "fedra_fulldepth", "inclusivefl", "depthfl"),
-    "rank heterogeneity": ("hetlora", "flexlora", "flora", "raflora", "hlora", "fed_plora"),
-    "LoRA aggregation (2024-2026)": ("ffa_lora", "fedex_lora", "lora_fair", "fed_sb"),
-    "Fed-HeLLo": ("fed_hello", "fed_hello_fim", "fed_hello_rgd", "fed_hello_gd_triangle", "fed_hello_gd_inverted",
-                  "fed_hello_gd_bottleneck", "fed_hello_gd_uniform"),
-    "FedLoRA family (personalised)": ("fedlora", "standalone", "lg_fedavg", "fml", "fedkd", "fd", "fedproto"),
-    "shared-A personalised LoRA": ("fedsa_lora",),
-}
+#: the families in the order the plots draw them (the sections of the methods document); a
+#: family not listed here follows them, before :data:`OTHER`
+ORDER: tuple[str, ...] = ("baselines", "layer / depth subsets", "rank heterogeneity", "LoRA aggregation (2024-2026)",
+                          "alternating factors (2025)", "Fed-HeLLo", "FedLoRA family (personalised)",
+                          "shared-A personalised LoRA")
 OTHER = "other"
-_FAMILY_OF = {m: f for f, methods in FAMILIES.items() for m in methods}
 
 
+@lru_cache(maxsize=None)
 def family_of(method: str) -> str:
-    """The family of a method key (:data:`OTHER` for a key no family lists)."""
-    return _FAMILY_OF.get(method, OTHER)
+    """The family its class declares (:data:`OTHER` for a key the registry does not know)."""
+    from fedbench.methods import METHODS
+
+    if method not in METHODS:
+        return OTHER
+    return METHODS.get(method).family
 
 
 def families_in(methods: Iterable[str]) -> list[str]:
-    """The families of ``methods``, in :data:`FAMILIES` order, :data:`OTHER` last."""
+    """The families of ``methods``: :data:`ORDER` first, then any other family by name,
+    :data:`OTHER` last."""
     present = {family_of(m) for m in methods}
-    return [f for f in (*FAMILIES, OTHER) if f in present]
+    rest = sorted(present - set(ORDER) - {OTHER})
+    return [f for f in (*ORDER, *rest, OTHER) if f in present]

@@ -23,7 +23,7 @@ Rules (all deterministic: the same records in any order give byte-identical mark
   displayed, so ties are all bold); lower is better only for the metrics in
   :data:`LOWER_IS_BETTER`.
 * Cost table: each column the mean over all of the row's runs (nulls ignored), overall and
-  for the weakest / strongest tier; sizes by :func:`~fedbench.leaderboard.units.format_bytes`;
+  for the weakest / strongest tier; sizes by :func:`~fedbench.units.format_bytes`;
   server cost; Pareto mark within each cohort on (Avg, weakest tier's TFLOPs/step).
 * Settings whose runs report ``results.per_domain`` get a "Per-domain (<setting>)" table.
 * Notes (:mod:`fedbench.leaderboard.notes`) say what every mark means for this table.

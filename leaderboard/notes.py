@@ -8,7 +8,7 @@ from collections import defaultdict
 from fedbench.leaderboard.render import esc
 from fedbench.leaderboard.settings import describe_setting
 from fedbench.leaderboard.table import BUDGET_FIELDS, FEDERATION_FIELDS
-from fedbench.leaderboard.units import MB, format_bytes, mem_source_label
+from fedbench.units import MB, format_bytes, mem_source_label
 
 __all__ = ["DAGGER_NOTE", "MEM_NOTES", "merge_facts", "task_notes"]
 

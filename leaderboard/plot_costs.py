@@ -11,7 +11,7 @@
   one line per row, rows grouped under their family's name; no bar: the tier does not
   train).
 
-Sizes follow :func:`~fedbench.leaderboard.units.size_unit` (MB below 1 GB, else GB), the
+Sizes follow :func:`~fedbench.units.size_unit` (MB below 1 GB, else GB), the
 memory axis names its source (accounted, or measured on CUDA).
 """
 
@@ -30,7 +30,7 @@ from fedbench.leaderboard.plot_style import (
 from fedbench.leaderboard.render import Fmt
 from fedbench.leaderboard.stats import mean, pareto_front
 from fedbench.leaderboard.table import cohort, cohort_names, weak_tier_idle
-from fedbench.leaderboard.units import GB, MB, mem_source_label, size_unit
+from fedbench.units import GB, MB, mem_source_label, size_unit
 
 __all__ = ["TIER_COSTS", "near_groups", "pareto", "tier_order", "tiers", "weak_cost", "weak_front"]
 

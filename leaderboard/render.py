@@ -15,7 +15,7 @@ from fedbench.leaderboard.table import (
     quality_table,
     row_costs,
 )
-from fedbench.leaderboard.units import GB, MB, format_bytes
+from fedbench.units import GB, MB, format_bytes
 
 __all__ = ["LOWER_IS_BETTER", "PERCENT_METRICS", "Fmt", "esc", "fmt_cost", "format_cell", "render_section"]
 
@@ -51,7 +51,7 @@ def _no_neg_zero(s: str) -> str:
 
 
 def fmt_cost(v: float | None, unit: str) -> str:
-    """A cost cell: sizes by :func:`~fedbench.leaderboard.units.format_bytes` (``gb`` and
+    """A cost cell: sizes by :func:`~fedbench.units.format_bytes` (``gb`` and
     ``mb``: the record's unit), TFLOPs with 4 significant digits, seconds with 2 decimals."""
     if v is None:
         return DASH

@@ -24,19 +24,22 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from fedbench.methods.aggregation import client_weight, weighted_mean_by_key
-from fedbench.methods.base import (LORA_FACTORS, MASK_SFX, ClientPlan, ClientProfile, ClientUpdate, Method,
+from fedbench.methods.base import (LORA_FACTORS, ClientPlan, ClientProfile, ClientUpdate, LocalPhase, Method,
                                    MethodState, Traffic, tensor_bytes)
-from fedbench.methods.factor_rules import RANK_DIM, alternating_factor, changed_factors, masked_factor_mean
+from fedbench.methods.factor_rules import RANK_DIM, alternating_factor, changed_factors, masked_factor_mean, rank_mask
 from fedbench.methods.paper_defaults import with_paper_rank
 from fedbench.methods.rank_hetero import check_tier_ranks, lora_modules
 
 SENT = "sent_round"  # state.extra: {client id (str): the last round it was sent the model}
 ROUND, CHANGED = "round", "changed"  # plan.extra: the round; the factors changed since the client last had the model
 UPLOAD_RANK = "upload_rank"  # plan.extra (masked methods): the ranks per module, on average, it trains and sends
+RANKS = "ranks"  # plan.extra (masked methods): {module: [the ranks of the round's factor it trains and sends]}
 BUDGET = "upload_budget_bytes"  # plan.extra (masked methods): Method.upload_budget
 
 
 class AlternatingLoRA(Method):
+    family = "alternating factors (2025)"
+
     """Alternating factors over a global rank-``lora_r`` LoRA on every layer (module
     docstring); aggregation: the weighted mean of each uploaded tensor (the trained factor
     and the head), the frozen factor untouched. Subclasses set the weighting (``config.weighting``)."""
@@ -111,11 +114,12 @@ class AlternatingLoRA(Method):
 
 class MaskedAlternating(AlternatingLoRA):
     """An alternating method whose clients train only some ranks of the round's factor:
-    client k selects ranks (:meth:`rank_masks`) on the client before training; only those
-    train (``Method.client_masks``) and only those count as sent (+ the selection masks);
-    the server averages each rank with :func:`~fedbench.methods.factor_rules.masked_factor_mean`
-    (``normalise``). Client k's rank budget r_k is its tier's rank (``ClientProfile.rank``,
-    at most ``lora_r``)."""
+    ``plan.extra[RANKS]`` names them per module (set by ``plan`` or chosen on the client,
+    ``Method.client_select``); only they train (``LocalPhase.trained_slices``: the other ranks
+    keep their global values in every executor) and only they count as sent, + the
+    selection (one byte per rank and module); the server averages each rank with
+    :func:`~fedbench.methods.factor_rules.masked_factor_mean` (``normalise``). Client k's
+    rank budget r_k is its tier's rank (``ClientProfile.rank``, at most ``lora_r``)."""
 
     normalise: str = "all"
 
@@ -124,9 +128,9 @@ class MaskedAlternating(AlternatingLoRA):
         check_tier_ranks(ctx.profiles.values(), self.r_max)
 
     def client_extra(self, profile, state, factor):
-        """r_k and the upload budget it buys: the head, the masks (one byte per rank and
-        module) and r_k M ranks of the largest rank size of ``factor`` (equal sizes, as q/v
-        of a transformer: exactly r_k M of them)."""
+        """r_k and the upload budget it buys: the head, the selection (one byte per rank
+        and module) and r_k M ranks of the largest rank size of ``factor`` (equal sizes, as
+        q/v of a transformer: exactly r_k M of them)."""
         check_tier_ranks([profile], self.r_max)
         dim = RANK_DIM[factor]
         rank_bytes = max(t.numel() // t.shape[dim] * t.element_size()
@@ -138,22 +142,19 @@ class MaskedAlternating(AlternatingLoRA):
     def upload_budget(self, plan):
         return plan.extra[BUDGET]
 
-    def rank_masks(self, task: Any, model: torch.nn.Module, batches, plan: ClientPlan) -> dict[str, torch.Tensor]:
-        """{module: bool (R,) mask of the ranks ``plan``'s client trains and sends}."""
-        raise NotImplementedError
-
-    def client_masks(self, task, model, batches, plan):
-        shape = (self.r_max, 1) if plan.factor == "A" else (1, self.r_max)  # a row of A / a column of B per rank
-        ranks = self.rank_masks(task, model, batches, plan)
-        return {m + LORA_FACTORS[plan.factor]: ranks[m].reshape(shape) for m in self.modules}
+    def local_phases(self, plan):
+        dim = RANK_DIM[plan.factor]
+        slices = tuple((m + LORA_FACTORS[plan.factor], dim, tuple(plan.extra[RANKS][m])) for m in self.modules)
+        return (LocalPhase("train", tuple(self.upload_keys(plan)), trained_slices=slices),)
 
     def up_bytes(self, plan, upload):
-        """The head, the masks, and of the trained factor only the selected ranks."""
+        """The head, the selection (one byte per rank and module) and of the trained factor
+        only the selected ranks."""
         dim = RANK_DIM[plan.factor]
-        total = tensor_bytes({k: upload[k] for k in self.ctx.head_keys})
-        for k in self.factor_keys(plan.factor):
-            t, mask = upload[k], upload[k + MASK_SFX]
-            total += tensor_bytes([mask]) + int(mask.sum()) * (t.numel() // t.shape[dim]) * t.element_size()
+        total = tensor_bytes({k: upload[k] for k in self.ctx.head_keys}) + len(self.modules) * self.r_max
+        for m in self.modules:
+            t = upload[m + LORA_FACTORS[plan.factor]]
+            total += len(plan.extra[RANKS][m]) * (t.numel() // t.shape[dim]) * t.element_size()
         return total
 
     def merge(self, state, updates):
@@ -162,8 +163,9 @@ class MaskedAlternating(AlternatingLoRA):
         out = weighted_mean_by_key(state.tensors, heads, self.config.weighting)
         factor = updates[0].plan.factor
         weights = [client_weight(u, self.config.weighting) for u in updates]
-        for k in self.factor_keys(factor):
-            out[k] = masked_factor_mean(state.tensors[k], [u.tensors[k] for u in updates],
-                                        [u.tensors[k + MASK_SFX].flatten() for u in updates], weights,
+        for m in self.modules:
+            k = m + LORA_FACTORS[factor]
+            masks = [rank_mask(self.r_max, u.plan.extra[RANKS][m]) for u in updates]
+            out[k] = masked_factor_mean(state.tensors[k], [u.tensors[k] for u in updates], masks, weights,
                                         RANK_DIM[factor], self.normalise)
         return out

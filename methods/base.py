@@ -1,7 +1,7 @@
 """Method interface: a frozen config dataclass (:class:`MethodConfig`) and the hooks of
 :class:`Method` (its docstring lists every hook and class flag), plus what they exchange
 with the runner: plans, phases, updates, traffic, the global state and the context.
-Local training is one shared loop (:mod:`fedbench.runners.train`) that calls the hooks;
+Local training is one shared loop (:mod:`fedbench.runners.executors.train`) that calls the hooks;
 aggregation rules are pure functions (:mod:`fedbench.methods.aggregation`).
 
 Methods never know which runner runs them. Cross-round state (FIM scores, momentum
@@ -20,6 +20,7 @@ import torch
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods.aggregation import weighted_mean_by_key
+from fedbench.methods.client_api import ClientAPI, MemoryAPI
 from fedbench.tasks.base import ModelParts
 
 
@@ -47,7 +48,7 @@ class MethodConfig:
 
 @dataclass(frozen=True)
 class ClientProfile:
-    """A client's resource budget this round (see :mod:`fedbench.runners.tiers`)."""
+    """A client's resource budget this round (see :mod:`fedbench.runners.core.tiers`)."""
 
     client: int
     tier: int
@@ -87,17 +88,21 @@ class ClientPlan:
 class LocalPhase:
     """One phase of a client's local training: which tensors are trainable and how many
     epochs (None = the run's ``local_epochs``). ``name`` reaches ``client_loss``.
-    ``lr_scale``: the factor on the run's learning rate that this phase's optimizer uses
-    (1 = the run's; FFA-LoRA asks for its own, larger rate); ``lr_scales``: (tensor, factor)
-    pairs, a tensor named there trains at the run's rate times its own factor instead
-    (LoRA-A2's lr_A < lr_B with the head at the run's). Every executor builds the optimizer
-    with :func:`fedbench.runners.train.phase_optimizer`."""
+    ``lr_scale``: the factor on the run's learning rate that this phase's optimizer is to
+    use (1 = the run's; FFA-LoRA asks for its own, larger rate); ``lr_scales``: (tensor,
+    factor) pairs, a tensor named there trains at the run's rate times its own factor
+    instead (LoRA-A2: A slower than B, the head at the run's rate). Every executor builds
+    the optimizer with :func:`~fedbench.runners.executors.train.phase_optimizer`.
+    ``trained_slices``: (tensor, dim, indices) triples, of that tensor only the slices at
+    ``indices`` along ``dim`` train (rank masks: rows of A, columns of B); the others keep
+    their values, in every executor (:class:`~fedbench.runners.executors.step.KeptEntries`)."""
 
     name: str
     trainable: tuple[str, ...]
     epochs: int | None = None
     lr_scale: float = 1.0
     lr_scales: tuple[tuple[str, float], ...] = ()
+    trained_slices: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
 
 
 @dataclass
@@ -133,7 +138,7 @@ class MethodState:
 
 class ServerAPI:
     """Server-side tools a method may use, behind a typed interface (the runner provides
-    the implementation, :class:`fedbench.runners.server.ServerTools`; methods never see
+    the implementation, :class:`fedbench.runners.core.server.ServerTools`; methods never see
     the runner's model). Work done inside ``metered()`` is recorded as server cost."""
 
     def metered(self) -> ContextManager[None]:
@@ -174,6 +179,8 @@ class MethodContext:
     #: head; None = it declares none) and, per part, the canonical names of its tensors
     parts: ModelParts | None = None
     part_keys: dict[str, list[str]] = field(default_factory=dict)
+    #: the run's memory accountant (None: the runner offers none, e.g. in a worker process)
+    memory: MemoryAPI | None = None
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]
@@ -186,8 +193,6 @@ class MethodContext:
 
 #: the LoRA factors' tensor suffixes (peft's names): A (r, d_in) down-projection, B (d_out, r) up-projection
 LORA_FACTORS: dict[str, str] = {"A": ".lora_A.weight", "B": ".lora_B.weight"}
-#: suffix of a :meth:`Method.client_masks` mask in a client's upload (``<tensor><suffix>``)
-MASK_SFX = ".train_mask"
 
 EXTRA_PREFIX = "fedbench_extra"  # where the runner attaches ``Method.extra_modules`` in a client's model
 
@@ -214,6 +219,8 @@ class Method:
       ``requires_full_tier``   trains only clients whose budget covers every layer
       ``needs_archs``          architectures the task must offer (``Task.archs``)
       ``communicates``         False: exchanges nothing (local training only)
+      ``family``               the section of the methods document it belongs to (plots draw a family together)
+      ``STEP_HOOKS``           the local-training hooks that make a step a method's own (``plain_step``)
     Planning
       ``resolve_config``       (classmethod) config defaults that depend on the task kind
       ``proxy_size_for``       (classmethod) held-out examples the server uses as its proxy set
@@ -227,11 +234,15 @@ class Method:
       ``traffic``              bytes down and up of a client-round, and other down counts
     Local training
       ``local_phases``         the phases, what each trains, its epochs and lr factor
-      ``client_masks``         entries of the trained tensors a client trains, chosen on its data (uploaded)
       ``client_loss``          the loss of a phase (default: the task's loss + ``local_loss``)
       ``local_loss``           an extra loss term
       ``hidden_blocks``        blocks whose outputs ``client_loss`` / ``eval_logits`` read
       ``client_statistics``    non-parameter tensors uploaded after training
+    Client-side selection
+      ``client_select``        the plan a client trains, chosen on the client from its own data
+    Alternation and budgets (RoLoRA, LoRA-A2: shared/docs/methods-2027.md)
+      ``trained_factor``       the one LoRA factor (A or B) clients train in a round; None = both
+      ``upload_budget``        the most bytes a client may send up; the round loop refuses more
     Aggregation
       ``aggregate``            the new global state from the clients' updates
     Evaluation
@@ -241,9 +252,6 @@ class Method:
     Model extensions
       ``extra_modules``        trainable modules added to every model (early exits, shared models)
       ``layout``               structural facts recorded in ``run.method_layout``
-    Alternation and budgets (RoLoRA, LoRA-A2: shared/docs/methods-2027.md)
-      ``trained_factor``       the one LoRA factor (A or B) clients train in a round; None = both
-      ``upload_budget``        the most bytes a client may send up; the round loop refuses more
     State
       ``base_weights_needed``  frozen base tensors the initial state must hold
       ``init_state``           the global state from the initial model's tensors
@@ -261,10 +269,30 @@ class Method:
     needs_archs: ClassVar[tuple[str, ...]] = ()
     #: False (a lower reference): its payloads and uploads are empty by design
     communicates: ClassVar[bool] = True
+    #: its family, a section of the methods document (``leaderboard.families`` orders them;
+    #: plots draw a crowded section as small multiples, one per family)
+    family: ClassVar[str] = "other"
+    #: the local-training hooks that change what one step computes (its loss or what is
+    #: uploaded from the trained model); a method overriding any of them has a step of its
+    #: own (``plain_step`` False), which executors run client by client, never packed. A new
+    #: hook of that kind is added here, and every executor follows.
+    STEP_HOOKS: ClassVar[tuple[str, ...]] = ("client_loss", "local_loss", "client_statistics")
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config
         self.ctx = ctx
+
+    @classmethod
+    def step_overrides(cls) -> list[str]:
+        """The hooks of ``STEP_HOOKS`` that ``cls`` (or a class between it and ``Method``) defines."""
+        below = cls.__mro__[:cls.__mro__.index(Method)]
+        return [h for h in Method.STEP_HOOKS if any(h in vars(k) for k in below)]
+
+    @classmethod
+    def plain_step(cls) -> bool:
+        """Whether a client's step is the task's own supervised step: no hook of
+        ``STEP_HOOKS`` overridden (derived from the class, never from its key)."""
+        return not cls.step_overrides()
 
     # -- planning ----------------------------------------------------------------------
     @classmethod
@@ -365,6 +393,29 @@ class Method:
         ``batches()`` iterates over its training data. Counted as traffic. Default: none."""
         return {}
 
+    # -- client-side selection (Fed-pilot's knapsack) ------------------------------------
+    def client_select(self, plan: ClientPlan, client: ClientAPI) -> ClientPlan:
+        """The plan the client trains, chosen on the client before its local training from
+        its own data (``client``'s tools) and what ``plan`` carries (e.g. a memory budget and
+        cost model, ``MethodContext.memory``). It may change ``train_layers`` and ``extra``
+        only (the worker checks); every executor trains, uploads, counts and aggregates the
+        returned plan. Default: ``plan`` unchanged (nothing is computed)."""
+        return plan
+
+    # -- alternation and budgets (RoLoRA, LoRA-A2) --------------------------------------
+    def trained_factor(self, rnd: int) -> Literal["A", "B"] | None:
+        """The one LoRA factor every client trains (and uploads) in round ``rnd`` (1-based),
+        the other frozen and shared so that the average is exact; a method's ``plan`` puts
+        it in ``ClientPlan.factor``, which the default ``upload_keys`` honours. Default None:
+        both factors."""
+        return None
+
+    def upload_budget(self, plan: ClientPlan) -> int | None:
+        """The most bytes ``plan``'s client may send up (its ``Traffic.up_bytes``, on the plan
+        it trained); the round loop refuses a client-round over it (a method that breaks its
+        own budget is a bug). Default None: no budget."""
+        return None
+
     # -- aggregation -------------------------------------------------------------------
     def aggregate(self, state: MethodState, updates: Sequence[ClientUpdate]) -> MethodState:
         """The new global state from this round's updates. Default: per tensor, the
@@ -408,29 +459,6 @@ class Method:
     def layout(self) -> dict[str, Any]:
         """Structural facts of this run's method worth recording (JSON-serialisable), written
         to ``run.method_layout``, e.g. where DepthFL's classifiers sit. Default: none."""
-        return {}
-
-    # -- alternation and budgets (RoLoRA, LoRA-A2) --------------------------------------
-    def trained_factor(self, rnd: int) -> Literal["A", "B"] | None:
-        """The one LoRA factor every client trains (and uploads) in round ``rnd`` (1-based),
-        the other frozen and shared so that the average is exact; a method's ``plan`` puts
-        it in ``ClientPlan.factor``, which the default ``upload_keys`` honours. Default None:
-        both factors."""
-        return None
-
-    def upload_budget(self, plan: ClientPlan) -> int | None:
-        """The most bytes ``plan``'s client may send up (its ``Traffic.up_bytes``); the round
-        loop refuses a client-round over it (a method that breaks its own budget is a bug).
-        Default None: no budget."""
-        return None
-
-    def client_masks(self, task: Any, model: torch.nn.Module, batches: Callable[[], Iterable[Any]],
-                     plan: ClientPlan) -> dict[str, torch.Tensor]:
-        """Called on the client before local training (its payload loaded; ``batches()``
-        iterates over its data): {tensor name: bool mask broadcastable to the tensor}. Only
-        the entries a mask selects train (the shared loop zeroes the other gradients and
-        restores the other entries after each step), and each mask is uploaded as
-        ``<name>`` + :data:`MASK_SFX`. Default: none (every entry of a trained tensor trains)."""
         return {}
 
     # -- state -------------------------------------------------------------------------

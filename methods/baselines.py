@@ -22,6 +22,7 @@ from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodConfi
 @METHODS.register("fedavg", "FedAvg/FedIT: every client trains all LoRA layers (the resource-blind ceiling)", aliases=("all_large",))
 class FedAvg(Method):
     """FedAvg over LoRA + head (McMahan et al. 2017; FedIT, Zhang et al. 2024)."""
+    family = "baselines"
 
     def plan(self, rnd, clients, state, rng):
         all_layers = tuple(range(self.ctx.n_layers))
@@ -38,6 +39,7 @@ class AllSmall(Method):
 
     The depth is fixed at the start from every client's budget (FedRA Table 1 "AllSmall").
     """
+    family = "baselines"
 
     def __init__(self, config, ctx):
         super().__init__(config, ctx)
@@ -67,6 +69,7 @@ class Straggler(Method):
     With ``layers='alternate'`` the layers are spread evenly over the depth, which gives
     the authors' set {0, 2, ..., 10} for c_min = 6 of L = 12.
     """
+    family = "baselines"
 
     config_cls = StragglerConfig
 
@@ -90,6 +93,7 @@ class Exclusive(Method):
     """Clients whose budget is below L sit out (they receive and send nothing). A
     federation with no full-capacity client is refused (``requires_full_tier``): it would
     train nobody."""
+    family = "baselines"
 
     requires_full_tier = True
 

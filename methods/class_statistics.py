@@ -116,6 +116,7 @@ class FD(StatisticsMethod):
     soft target (same gradient); statistics are computed once after local training, on
     the model that is uploaded.
     """
+    family = "FedLoRA family (personalised)"
 
     config_cls = FDConfig
     stat_name = "fd"
@@ -162,6 +163,7 @@ class FedProto(StatisticsMethod):
     nearest-global-prototype accuracy is recorded as ``top1_proto`` (FedProto's own
     inference).
     """
+    family = "FedLoRA family (personalised)"
 
     config_cls = FedProtoConfig
     stat_name = "proto"

@@ -70,6 +70,7 @@ class InclusiveFL(Method):
     Deviation: one shared head, as in FedRA's runs (the paper's per-size models each have
     their own top; methods.md: "its own head" = the client trains the head too).
     """
+    family = "layer / depth subsets"
 
     config_cls = InclusiveFLConfig
     task_kinds = ("classification",)
@@ -198,6 +199,7 @@ class DepthFL(Method):
     classifier alone (FedRA's runs): both in ``results.extra`` (top1_ensemble, top1_last);
     ``eval_head`` picks the headline.
     """
+    family = "layer / depth subsets"
 
     config_cls = DepthFLConfig
     task_kinds = ("classification",)

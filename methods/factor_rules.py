@@ -47,11 +47,11 @@ def rank_scores(factor: Factor, a: torch.Tensor, b: torch.Tensor, grad: torch.Te
     return grad.norm(dim=0) * a.norm(dim=1)
 
 
-def select_top_ranks(scores: Mapping[str, torch.Tensor], budget: int) -> dict[str, torch.Tensor]:
+def select_top_ranks(scores: Mapping[str, torch.Tensor], budget: int) -> dict[str, list[int]]:
     """LoRA-A2's rank selection (Sec. 4.2): the ``budget`` = r_k M highest-scoring (module,
     rank) pairs over the **whole model**, so a module may get several ranks or none.
-    Returns a bool (R,) mask per module. Ties go to the earlier module, then the lower rank
-    (a stable order: the same scores give the same selection on every machine)."""
+    Returns the selected ranks per module, ascending. Ties go to the earlier module, then the
+    lower rank (a stable order: the same scores give the same selection on every machine)."""
     mods = list(scores)
     flat = torch.cat([scores[m].float().flatten() for m in mods]) if mods else torch.zeros(0)
     order = torch.sort(-flat, stable=True).indices[: max(0, min(int(budget), flat.numel()))]
@@ -60,15 +60,16 @@ def select_top_ranks(scores: Mapping[str, torch.Tensor], budget: int) -> dict[st
     out, start = {}, 0
     for m in mods:
         n = scores[m].numel()
-        out[m] = chosen[start:start + n].clone()
+        out[m] = chosen[start:start + n].nonzero().flatten().tolist()
         start += n
     return out
 
 
-def leading_ranks(r_max: int, r: int) -> torch.Tensor:
-    """A bool (r_max,) mask of the first ``r`` ranks (RoLoRA-het: a rank-r client trains the
-    leading components, as HETLoRA's nested ranks)."""
-    return torch.arange(r_max) < r
+def rank_mask(r_max: int, ranks: Sequence[int]) -> torch.Tensor:
+    """A bool (r_max,) mask of ``ranks``."""
+    mask = torch.zeros(r_max, dtype=torch.bool)
+    mask[list(ranks)] = True
+    return mask
 
 
 def masked_factor_mean(current: torch.Tensor, parts: Sequence[torch.Tensor], masks: Sequence[torch.Tensor],

@@ -271,23 +271,27 @@ class FedHelloGD(FedHelloBase):
 
 @METHODS.register("fed_hello_gd_triangle", "Fed-HeLLo GD-HLA Triangle: each client trains its first c_i LoRA layers")
 class FedHelloGDTriangle(FedHelloGD):
+    family = "Fed-HeLLo"
     pattern = "triangle"
 
 
 @METHODS.register("fed_hello_gd_inverted",
                   "Fed-HeLLo GD-HLA Inverted triangle: each client trains its last c_i LoRA layers")
 class FedHelloGDInverted(FedHelloGD):
+    family = "Fed-HeLLo"
     pattern = "inverted"
 
 
 @METHODS.register("fed_hello_gd_bottleneck",
                   "Fed-HeLLo GD-HLA Bottleneck: the first floor(c_i/2) and last ceil(c_i/2) LoRA layers")
 class FedHelloGDBottleneck(FedHelloGD):
+    family = "Fed-HeLLo"
     pattern = "bottleneck"
 
 
 @METHODS.register("fed_hello_gd_uniform", "Fed-HeLLo GD-HLA Uniform: c_i LoRA layers drawn uniformly each round")
 class FedHelloGDUniform(FedHelloGD):
+    family = "Fed-HeLLo"
     pattern = "uniform"
 
 
@@ -301,6 +305,7 @@ class _RGDPrior:
 
 @METHODS.register("fed_hello_rgd", "Fed-HeLLo RGD-HLA: c_i layers drawn each round from a GD pattern's prior")
 class FedHelloRGD(_RGDPrior, FedHelloBase):
+    family = "Fed-HeLLo"
     config_cls = FedHelloRGDConfig
 
     def __init__(self, config, ctx):
@@ -315,6 +320,7 @@ class FedHelloRGD(_RGDPrior, FedHelloBase):
                   "Fed-HeLLo FIM-HLA: layers drawn by server-side FIM scores on a proxy set (Eq. 4, 5)")
 class FedHelloFIM(FedHelloBase):
     """FIM-HLA every T_FIM rounds from round 1 (the co-design with T_RGD = 0)."""
+    family = "Fed-HeLLo"
 
     config_cls = FedHelloFIMConfig
 
@@ -361,6 +367,7 @@ class FedHelloFIM(FedHelloBase):
 @METHODS.register("fed_hello",
                   "Fed-HeLLo: RGD-HLA warm start for T_RGD rounds, then FIM-HLA rescored every T_FIM rounds")
 class FedHello(_RGDPrior, FedHelloFIM):
+    family = "Fed-HeLLo"
     config_cls = FedHelloConfig
 
     def __init__(self, config, ctx):

@@ -60,6 +60,7 @@ class FedPLoRA(RankMethod):
     Assumptions (spec, not confirmed by the paper): init B = 0, A random (peft's); the
     averaging weights; one K_i per client rather than one per module.
     """
+    family = "rank heterogeneity"
 
     config_cls = FedPLoRAConfig
     SENT_LABEL = "as sent (dense folded weights of every LoRA module + the selected factors + head)"

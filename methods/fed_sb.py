@@ -84,6 +84,7 @@ class FedSB(Method):
     installed on the model at training and at ``eval_logits``, which generation tasks do
     not call.
     """
+    family = "LoRA aggregation (2024-2026)"
 
     config_cls = FedSBConfig
     task_kinds: ClassVar[tuple[str, ...]] = ("classification",)

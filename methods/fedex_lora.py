@@ -48,6 +48,7 @@ class FedExLoRA(Method):
     factored (= the headline) and dense (one d_out x d_in matrix per module, the sum of
     the missed residuals, as the official code ships the state dict).
     """
+    family = "LoRA aggregation (2024-2026)"
 
     config_cls = FedExLoRAConfig
     FACTORED_LABEL = "residual factored (N_t r (d_in + d_out) per module and missed round, = the headline)"

@@ -92,6 +92,7 @@ class FedLoRA(PersonalisedMethod):
     """FedLoRA (papers/fedlora_model_heterogeneous.txt): Eq. 5 (phase ``local``), Eq. 8
     (phase ``adapter``), Eq. 10 (example-weighted adapter average); the module docstring
     lists the adapter structures, the evaluated output and every deviation."""
+    family = "FedLoRA family (personalised)"
 
     config_cls = FedLoRAConfig
 

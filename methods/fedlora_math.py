@@ -90,11 +90,6 @@ def class_mean_logits(logits: torch.Tensor, y: torch.Tensor, n_classes: int) -> 
     return class_means(logits, y, n_classes)
 
 
-def class_prototypes(features: torch.Tensor, y: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """FedProto (Tan et al. 2022, Sec. "local prototype"): local prototype = mean representation per class, (C, D), counts (C,)."""
-    return class_means(features, y, n_classes)
-
-
 # ---------------------------------------------------------------------------------- FD
 def fd_distill_loss(logits: torch.Tensor, y: torch.Tensor, global_logits: torch.Tensor,
                     global_counts: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

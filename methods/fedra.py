@@ -74,6 +74,7 @@ class FedRA(Method):
     (embedding, those blocks in ascending order, final norm, head), so its forward,
     backward and activation memory all shrink with c_i. See ``fedra_fulldepth`` for the
     protocol Fed-HeLLo's tables fit."""
+    family = "layer / depth subsets"
 
     config_cls = FedRAConfig
 
@@ -143,6 +144,7 @@ class FedRAFullDepth(FedRA):
     (the client holds the whole backbone), so down traffic is LoRA + head. To match
     Fed-HeLLo's setup also set ``lora_targets=qv lora_r=16 lora_dropout=0.1``.
     """
+    family = "layer / depth subsets"
 
     def plan(self, rnd, clients, state, rng):
         m = self.allocation(clients, rng)

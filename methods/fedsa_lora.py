@@ -45,6 +45,7 @@ class FedSALoRA(Method):
     its own. Classification only: the private head is the classifier (an LM's head is
     often tied to its embeddings).
     """
+    family = "shared-A personalised LoRA"
 
     config_cls = FedSALoRAConfig
     task_kinds = ("classification",)

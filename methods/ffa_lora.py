@@ -63,6 +63,7 @@ class FFALoRA(RankMethod):
       payload the simulator ships (A re-sent every round, as both reference codes do) is
       recorded as a variant. Up = B + head.
     """
+    family = "LoRA aggregation (2024-2026)"
 
     config_cls = FFALoRAConfig
     SENT_LABEL = "as sent (A re-sent every round, as both reference codes)"

@@ -29,6 +29,7 @@ class FlexLoRA(RankMethod):
     Traffic: what is sent, the rank-r_i factors each way (the paper's tables count
     full-size matrices; the Fed-HeLLo paper's 57 MB/round for FlexLoRA does the same).
     """
+    family = "rank heterogeneity"
 
     def init_state(self, tensors):
         st = dict(tensors) | self.read_base(tensors)

@@ -38,6 +38,7 @@ class FLoRA(RankMethod):
     Known issue (methods.md): the authors' runs diverge over many rounds; nothing here
     corrects that.
     """
+    family = "rank heterogeneity"
 
     def init_state(self, tensors):
         return MethodState(dict(tensors) | self.read_base(tensors), {})

@@ -57,6 +57,7 @@ class HetLoRA(RankMethod):
     Scaling: alpha_i = alpha r_i / r_max, so every client's components act with the global
     model's alpha / r_max (see the module docstring).
     """
+    family = "rank heterogeneity"
 
     config_cls = HetLoRAConfig
 

@@ -4,15 +4,14 @@ methods/factor_rules.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
 from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
-from fedbench.methods.alternating import UPLOAD_RANK, MaskedAlternating
-from fedbench.methods.base import LocalPhase
+from fedbench.methods.alternating import RANKS, UPLOAD_RANK, MaskedAlternating
+from fedbench.methods.base import LORA_FACTORS
 from fedbench.methods.factor_rules import rank_scores, select_top_ranks
 from fedbench.methods.rolora import RoLoRAHetConfig
 
@@ -62,15 +61,16 @@ class LoRAA2(MaskedAlternating):
       (module, rank) on its local data, selects the r_k M best over the **whole model**
       (M = adapted modules; a module may get several ranks or none:
       :func:`~fedbench.methods.factor_rules.select_top_ranks`), and a mask (Eq. 3) keeps
-      the update to those ranks: only they train (``Method.client_masks``) and only they
-      are sent (+ the masks, one byte per rank and module).
+      the update to those ranks: chosen on the client (``Method.client_select``), only they
+      train (``LocalPhase.trained_slices``) and only they are sent (+ the selection, one byte
+      per rank and module).
     - **Variant (the score, Eq. 2):** the paper measures "how much each rank contributes to
       the change in dW" and beat magnitude and SNIP scores with it; the equation body was
       not readable. Here (the spec's reconstruction,
       :func:`~fedbench.methods.factor_rules.rank_scores`): A-round
       ||B[:, i]|| ||G_A[i, :]||, B-round ||G_B[:, i]|| ||A[i, :]||, G the trained factor's
-      gradient summed over ``score_batches`` local batches before training (its FLOPs are
-      counted in the client's total).
+      gradient averaged over ``score_batches`` local batches before training, dropout off
+      (``ClientAPI.gradients``; its FLOPs are counted in the client's total).
     - **Variant (the server):** the trained factor is averaged rank by rank with
       :func:`~fedbench.methods.factor_rules.masked_factor_mean`: ``zero_fill`` (default,
       p_k = n_k / n over the round's clients) or ``contrib`` (over the selectors); the head
@@ -85,33 +85,22 @@ class LoRAA2(MaskedAlternating):
 
     def local_phases(self, plan):
         """B-rounds at the run's lr; A-rounds: A at lr / ``lr_ratio``, the head at the run's."""
+        (phase,) = super().local_phases(plan)
         own = () if plan.factor == "B" else tuple((k, 1.0 / self.config.lr_ratio) for k in self.factor_keys("A"))
-        return (LocalPhase("train", tuple(self.upload_keys(plan)), lr_scales=own),)
+        return (dataclasses.replace(phase, lr_scales=own),)
 
-    def rank_masks(self, task, model, batches, plan):
-        """Scores from the trained factor's gradient summed over ``score_batches`` batches
-        (the loaded global factors; nothing trains), then the top r_k M over the model."""
+    def client_select(self, plan, client):
+        """On the client, before training: score every (module, rank) of the round's factor
+        from its gradient averaged over ``score_batches`` local batches (the global factors
+        loaded; its FLOPs are the client's) and keep the top r_k M over the model."""
         factor = plan.factor
-        layers = [model.get_submodule(m) for m in self.modules]
-        pairs = [(layer.lora_A[layer.active_adapters[0]].weight, layer.lora_B[layer.active_adapters[0]].weight)
-                 for layer in layers]
-        trained = [a if factor == "A" else b for a, b in pairs]
-        flags = [(p, p.requires_grad) for p in trained]
-        for p in trained:
-            p.requires_grad_(True)
-            p.grad = None
-        with torch.enable_grad():
-            for i, batch in enumerate(batches()):
-                if i >= self.config.score_batches:
-                    break
-                loss, _ = task.loss(model, batch)
-                loss.backward()
-        scores = {m: rank_scores(factor, a.detach(), b.detach(), t.grad if t.grad is not None else torch.zeros_like(t))
-                  for m, (a, b), t in zip(self.modules, pairs, trained)}
-        model.zero_grad(set_to_none=True)  # no scoring gradient outlives the scoring
-        for p, flag in flags:
-            p.requires_grad_(flag)
-        return select_top_ranks({m: s.cpu() for m, s in scores.items()}, plan.extra[UPLOAD_RANK] * len(self.modules))
+        keys = self.factor_keys(factor)
+        grads = client.gradients(keys, self.config.score_batches)
+        values = client.values(self.factor_keys("A") + self.factor_keys("B"))
+        scores = {m: rank_scores(factor, values[m + LORA_FACTORS["A"]], values[m + LORA_FACTORS["B"]], grads[k])
+                  for m, k in zip(self.modules, keys)}
+        ranks = select_top_ranks(scores, plan.extra[UPLOAD_RANK] * len(self.modules))
+        return dataclasses.replace(plan, extra={**plan.extra, RANKS: ranks})
 
     @property
     def normalise(self) -> str:

@@ -64,6 +64,7 @@ class LoRAFair(Method):
     ``state.extra['cosine']``. Traffic = FedIT's; the server's N dense products and T
     steps per module are metered.
     """
+    family = "LoRA aggregation (2024-2026)"
 
     config_cls = LoRAFairConfig
 

@@ -80,6 +80,7 @@ class FML(SharedModelMethod):
     the meme model is averaged (example weights). Deviation: one optimizer and learning
     rate for both models.
     """
+    family = "FedLoRA family (personalised)"
 
     config_cls = FMLConfig
 
@@ -110,6 +111,7 @@ class FedKD(SharedModelMethod):
     SVD, :func:`fedlora_math.svd_compress`, is not applied: uploads are the full student);
     one optimizer for both models.
     """
+    family = "FedLoRA family (personalised)"
 
     config_cls = FedKDConfig
 

@@ -22,6 +22,7 @@ class Standalone(PersonalisedMethod):
     whenever it is sampled; payloads and uploads are empty (0 bytes both ways) and the
     server does nothing. No deviation.
     """
+    family = "FedLoRA family (personalised)"
 
     communicates: ClassVar[bool] = False
 
@@ -45,6 +46,7 @@ class LGFedAvg(PersonalisedMethod):
     random initialisation of the client's architecture (there is no global model to
     pretrain in the heterogeneous setting).
     """
+    family = "FedLoRA family (personalised)"
 
     def shared_keys(self) -> list[str]:
         return list(self.ctx.part_keys["head"])

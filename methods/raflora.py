@@ -45,6 +45,7 @@ class RaFLoRA(RankMethod):
     Traffic: r_k (d_in + d_out) per module each way + the head; the server pays a dense
     product per client and an SVD per module (metered).
     """
+    family = "rank heterogeneity"
 
     config_cls = RaFLoRAConfig
 
@@ -96,5 +97,6 @@ class HLoRA(RaFLoRA):
     shrink by N_h / N each round, the rank collapse raFLoRA describes. Same scaling and
     redistribution as raFLoRA (balanced factors); an uncovered partition adds nothing.
     """
+    family = "rank heterogeneity"
 
     config_cls = HLoRAConfig

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from fedbench.config import cfg_field
 from fedbench.methods import METHODS
 from fedbench.methods.aggregation import Weighting
-from fedbench.methods.alternating import UPLOAD_RANK, AlternatingLoRA, MaskedAlternating
+from fedbench.methods.alternating import RANKS, UPLOAD_RANK, AlternatingLoRA, MaskedAlternating
 from fedbench.methods.base import MethodConfig
-from fedbench.methods.factor_rules import leading_ranks
 
 
 @dataclass(frozen=True)
@@ -79,6 +78,6 @@ class RoLoRAHet(MaskedAlternating):
     config_cls = RoLoRAHetConfig
     normalise = "selectors"
 
-    def rank_masks(self, task, model, batches, plan):
-        ranks = leading_ranks(self.r_max, plan.extra[UPLOAD_RANK])
-        return {m: ranks for m in self.modules}
+    def client_extra(self, profile, state, factor):
+        extra = super().client_extra(profile, state, factor)
+        return {**extra, RANKS: {m: list(range(extra[UPLOAD_RANK])) for m in self.modules}}

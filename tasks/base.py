@@ -205,7 +205,7 @@ def to_device(batch: Any, device: torch.device) -> Any:
 @dataclass(frozen=True)
 class RunDefaults:
     """A task's paper setting for the run fields a user leaves unset (``None`` in
-    :class:`~fedbench.configs.RunConfig`); :func:`~fedbench.runners.spec.build_spec` fills
+    :class:`~fedbench.configs.RunConfig`); :func:`~fedbench.runners.core.spec.build_spec` fills
     them in."""
 
     clients: int = 10
@@ -264,6 +264,13 @@ class Task:
         """Mean training loss over the batch, and the raw outputs (for method loss terms)."""
         raise NotImplementedError
 
+    @classmethod
+    def plain_loss(cls) -> bool:
+        """Whether the training loss is the mean cross-entropy of ``forward``'s logits against
+        ``batch["y"]`` (:class:`ClassificationTask`'s own ``loss``): what lets the ``packed``
+        executor compute several clients' losses from one shared forward. Derived, not declared."""
+        return False
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module, dataset: Any, device: torch.device, domains: np.ndarray | None = None,
                  domain_names: list[str] | None = None) -> EvalResult:
@@ -283,6 +290,11 @@ class ClassificationTask(Task):
     def loss(self, model, batch):
         logits = self.forward(model, batch)
         return nn.functional.cross_entropy(logits, batch["y"]), logits
+
+    @classmethod
+    def plain_loss(cls) -> bool:
+        """True unless a subclass between ``cls`` and this class defines its own ``loss``."""
+        return not any("loss" in vars(k) for k in cls.__mro__[:cls.__mro__.index(ClassificationTask)])
 
     def features(self, model: nn.Module, hidden: torch.Tensor, batch: dict) -> torch.Tensor:
         """What a classifier head takes, computed from one block's output ``hidden``.

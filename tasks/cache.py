@@ -17,7 +17,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 
@@ -33,15 +33,6 @@ def cache_root() -> Path | None:
     if value.strip().lower() in ("off", "0", "none", "false"):
         return None
     return Path(value).expanduser() if value else Path.home() / ".cache" / "fedbench"
-
-
-def file_fingerprint(paths: Iterable[Path]) -> list[list]:
-    """(resolved path, size, mtime_ns) of each file, the way ``datasets`` keys local files."""
-    out = []
-    for p in sorted({Path(p).resolve() for p in paths}):
-        st = p.stat()
-        out.append([str(p), st.st_size, st.st_mtime_ns])
-    return out
 
 
 def tokenizer_fingerprint(tok) -> dict[str, Any]:

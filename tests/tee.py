@@ -1,7 +1,7 @@
 """An Experiment that keeps every client result its executor gives (tests that compare
 executors or look at what a client uploaded)."""
 
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 
 
 class Tee(Experiment):

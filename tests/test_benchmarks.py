@@ -5,7 +5,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -61,3 +61,14 @@ def test_plora_budget_runs_every_arm_and_counts_the_share_each_trains(capsys):
     assert abs(share["fed_plora matched"] - (0.6 * 8 / 16 + 0.3 * 13 / 16 + 0.1)) < 1e-9
     out = capsys.readouterr().out
     assert all(name in out for name in plora.ARMS) and "x fed_plora rank's" in out
+
+
+def test_packed_vs_local_takes_the_median_of_its_timed_rounds():
+    packed = _load("packed")
+    row, = packed.packed_vs_local("tiny_text", SMALL_TASK_CONFIGS["tiny_text"], "fedavg", ks=(2,), steps=1,
+                                  repeats=3, run_config={"measure_flops": False})
+    for ex in ("local", "packed"):
+        rates = row[f"{ex}_steps_per_s_repeats"]
+        assert len(rates) == 3 and all(r > 0 for r in rates)  # rounds 2, 3, 4 timed; round 1 is the warm-up
+        assert row[f"{ex}_steps_per_s"] == sorted(rates)[1]
+    assert row["ratio"] == row["packed_steps_per_s"] / row["local_steps_per_s"]

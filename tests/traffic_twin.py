@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import MASK_SFX, ClientProfile, ClientUpdate, MethodContext, tensor_bytes
+from fedbench.methods.base import ClientProfile, ClientUpdate, tensor_bytes
 from fedbench.methods.fed_sb import GRAD_SFX, INIT
-from fedbench.runners.adapters import AdapterModel
+from fedbench.runners.executors.adapters import AdapterModel, method_context
 from fedbench.tasks.base import ModelBundle
 
 L, R, N = 24, 8, 3  # adapted matrices (12 layers x q, v), rank, clients per round
@@ -29,17 +29,16 @@ def twin() -> ModelBundle:
     return ModelBundle(model, "bert.encoder.layer", targets, ["classifier"], default_target="qv")
 
 
-def measure_traffic(key: str, config: dict, ranks: list[int], rounds: int, masks: Callable | None = None):
+def measure_traffic(key: str, config: dict, ranks: list[int], rounds: int, select: Callable | None = None):
     """Run ``rounds`` rounds of ``key``'s hooks with N clients (made-up uploads: the payload
-    plus noise; ``masks(method, plan, generator)``, if given: the client's
-    ``Method.client_masks``, uploaded with it) and return client 0's Traffic of the last
+    plus noise; ``select(method, plan, generator)``, if given, stands for the client's
+    ``Method.client_select``: the plan it trains) and return client 0's Traffic of the last
     round and its head bytes."""
     am = AdapterModel(twin(), R, 16.0, 0.0, "qv")
     cls = METHODS.get(key)
     cfg = cls.config_cls(**{"lora_r": R, "lora_alpha": 16.0, **config})
     profiles = {c: ClientProfile(c, 0, 12, r, 10) for c, r in enumerate(ranks)}
-    ctx = MethodContext(n_layers=12, layer_keys=am.layer_keys, head_keys=am.head_keys, profiles=profiles,
-                        lora_r=R, lora_alpha=16.0, rounds=rounds)
+    ctx = method_context(am, profiles, rounds)
     head = am.model.get_submodule("classifier")
     am.attach_extra(cls.extra_modules(cfg, ctx, head))
     m = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))
@@ -51,11 +50,10 @@ def measure_traffic(key: str, config: dict, ranks: list[int], rounds: int, masks
         ups = []
         for c, plan in plans.items():
             pay = m.client_payload(state, plan)
+            plan = plan if select is None else select(m, plan, g)
             private = {k: am.read([k])[k] for k in m.private_keys(plan)}
             up = {k: v + 0.01 * torch.randn(v.shape, generator=g)
                   for k, v in (pay | private).items() if k in set(m.upload_keys(plan))}
-            if masks is not None:
-                up |= {k + MASK_SFX: v for k, v in masks(m, plan, g).items()}
             if key == "fed_sb" and plan.extra[INIT]:  # its init round sends dense gradients
                 up = {mod + GRAD_SFX: torch.randn(48, 48, generator=g) for mod in m.modules}
             if c == 0:

@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from fedbench.leaderboard.families import OTHER, families_in, family_of
+from fedbench.leaderboard.families import ORDER, OTHER, families_in, family_of
 from fedbench.leaderboard.plot_style import spread
 from fedbench.leaderboard.settings import describe_setting
-from fedbench.leaderboard.units import GB, MB, format_bytes, mem_source_label, size_unit
+from fedbench.units import GB, MB, format_bytes, mem_source_label, size_unit
 
 
 @pytest.mark.parametrize("nbytes,shown", [
@@ -66,6 +66,14 @@ def test_families():
     assert family_of("brand_new") == OTHER
     assert families_in(["brand_new", "flora", "fedavg", "fedra"]) == [
         "baselines", "layer / depth subsets", "rank heterogeneity", OTHER]
+
+
+def test_every_method_declares_a_family_the_plots_order():
+    """The family lives on the method class (``Method.family``), not in a table of keys."""
+    from fedbench.methods import METHODS
+
+    undeclared = [k for k in METHODS.keys() if METHODS.get(k).family not in ORDER]
+    assert not undeclared, f"methods without a family of leaderboard.families.ORDER: {undeclared}"
 
 
 def test_spread_by_hand():

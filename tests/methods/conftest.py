@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedbench.methods.base import ClientProfile, MethodContext
-from fedbench.runners.adapters import AdapterModel
+from fedbench.methods.base import ClientProfile
+from fedbench.runners.executors.adapters import AdapterModel, method_context
 from fedbench.tasks.base import ModelBundle
 
 
@@ -47,8 +47,30 @@ def ctx_for():
 
     def make(am, budgets, rounds=3):
         profiles = {i: ClientProfile(i, t, layers, rank, 10) for i, (t, layers, rank) in enumerate(budgets)}
-        return MethodContext(n_layers=len(am.layer_keys), layer_keys=am.layer_keys, head_keys=am.head_keys,
-                             profiles=profiles, lora_r=am.r, lora_alpha=am.alpha, rounds=rounds,
-                             block_bytes=am.block_bytes, extra_keys=list(am.extra_keys))
+        return method_context(am, profiles, rounds)
+
+    return make
+
+
+@pytest.fixture
+def rank_updates():
+    """rank_updates(m, state, plans, sizes, seed=5) -> [ClientUpdate]: client c (of ``sizes[c]``
+    examples) uploads random, non-symmetric factors at its plan's rank for every LoRA module of
+    ``m.modules`` (A (r_c, d_in), B (d_out, r_c)) and its head unchanged."""
+    from fedbench.methods.base import ClientUpdate
+
+    def make(m, state, plans, sizes, seed=5):
+        g = torch.Generator().manual_seed(seed)
+        ups = []
+        for c, n in enumerate(sizes):
+            r = plans[c].rank
+            t = {k: state.tensors[k].clone() for k in m.ctx.head_keys}
+            for mod in m.modules:
+                d_out = state.tensors[mod + ".lora_B.weight"].shape[0]
+                d_in = state.tensors[mod + ".lora_A.weight"].shape[1]
+                t[mod + ".lora_A.weight"] = torch.randn(r, d_in, generator=g)
+                t[mod + ".lora_B.weight"] = torch.randn(d_out, r, generator=g)
+            ups.append(ClientUpdate(c, t, n, plans[c]))
+        return ups
 
     return make

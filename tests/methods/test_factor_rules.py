@@ -4,7 +4,7 @@ expected values written as arithmetic (spec: shared/docs/methods-2027.md Secs. 3
 import pytest
 import torch
 
-from fedbench.methods.factor_rules import (alternating_factor, changed_factors, leading_ranks, masked_factor_mean,
+from fedbench.methods.factor_rules import (alternating_factor, changed_factors, masked_factor_mean, rank_mask,
                                            rank_scores, select_top_ranks)
 
 
@@ -36,14 +36,14 @@ def test_top_ranks_over_the_whole_model():
     Then m1 = (0.9, 0.8): both ranks of m1, 0.9 + 0.8 = 1.7 (a per-module top-1 picks 1.4)."""
     scores = {"m1": torch.tensor([0.9, 0.1]), "m2": torch.tensor([0.5, 0.4])}
     sel = select_top_ranks(scores, 2)
-    assert sel["m1"].tolist() == [True, False] and sel["m2"].tolist() == [True, False]
+    assert sel == {"m1": [0], "m2": [0]}
     assert sum(float(scores[m][sel[m]].sum()) for m in scores) == pytest.approx(0.9 + 0.5)
     scores = {"m1": torch.tensor([0.9, 0.8]), "m2": torch.tensor([0.5, 0.4])}
     sel = select_top_ranks(scores, 2)
-    assert sel["m1"].tolist() == [True, True] and sel["m2"].tolist() == [False, False]
+    assert sel == {"m1": [0, 1], "m2": []}
     assert sum(float(scores[m][sel[m]].sum()) for m in scores) == pytest.approx(0.9 + 0.8)
     ties = select_top_ranks({"m1": torch.tensor([1.0, 1.0]), "m2": torch.tensor([1.0])}, 2)
-    assert ties["m1"].tolist() == [True, True] and ties["m2"].tolist() == [False]  # earlier module, lower rank
+    assert ties == {"m1": [0, 1], "m2": []}  # the earlier module, the lower rank
 
 
 def test_masked_mean_zero_filled_and_over_selectors():
@@ -70,5 +70,5 @@ def test_masked_mean_of_b_columns_with_unequal_weights():
     assert masked_factor_mean(cur, parts, none, [1.0, 3.0], 1, "selectors").tolist() == [[1.0, 1.0]]
 
 
-def test_leading_ranks():
-    assert leading_ranks(4, 2).tolist() == [True, True, False, False]
+def test_rank_mask():
+    assert rank_mask(4, [0, 2]).tolist() == [True, False, True, False]

@@ -1,28 +1,21 @@
 """LoRA-A2: the learning rates of the two factors, the client's rank selection over the
-whole model, and a tiny_text run: each client trains and sends exactly r_k M ranks of the
-round's factor (the others stay at their global values), within its upload budget, and its
-scoring FLOPs are counted."""
+whole model (``Method.client_select``), and a tiny_text run: each client trains and sends
+exactly r_k M ranks of the round's factor (the others stay at their global values), within
+its upload budget, with its scoring FLOPs counted."""
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import MASK_SFX
+from fedbench.methods.alternating import RANKS
+from fedbench.methods.client_api import ClientAPI
 from fedbench.methods.lora_a2 import LoRAA2
-from fedbench.runners.train import TrainSettings, phase_optimizer
+from fedbench.runners.core.spec import TrainSettings
+from fedbench.runners.executors.train import phase_optimizer
 from smoke import SMALL_TASK_CONFIGS
 from tee import Tee
 
 HEAD = {"head.weight", "head.bias"}
-
-
-class _Task:
-    """The loss tiny_am's model needs: cross-entropy of its logits."""
-
-    def loss(self, model, batch):
-        out = model(batch["x"])
-        return F.cross_entropy(out, batch["y"]), out
 
 
 def _setup(tiny_am, ctx_for, ranks, r=4):
@@ -39,10 +32,11 @@ def _plans(m, state, rnd):
 def test_registered_b_at_the_runs_lr_a_at_lr_over_the_ratio(tiny_am, ctx_for):
     """B-round: every tensor at the run's lr (0.1 here); A-round: A at 0.1 / 16, the head at 0.1."""
     assert METHODS.get("lora_a2") is LoRAA2
-    am, m, state = _setup(tiny_am, ctx_for, [1, 4])
+    am, m, state = _setup(tiny_am, ctx_for, [4, 4])
     settings = TrainSettings(1, 8, "sgd", 0.1, 0.0, 0.0, None, None)
     for rnd, factor, lr in ((1, "B", 0.1), (2, "A", 0.1 / 16)):
         plan = _plans(m, state, rnd)[0]
+        plan.extra[RANKS] = {mod: [0, 1, 2, 3] for mod in m.modules}  # what client_select adds
         (phase,) = m.local_phases(plan)
         keys = {f"blocks.{j}.fc.lora_{factor}.weight" for j in range(3)}
         assert plan.factor == factor and set(phase.trainable) == keys | HEAD
@@ -53,33 +47,46 @@ def test_registered_b_at_the_runs_lr_a_at_lr_over_the_ratio(tiny_am, ctx_for):
             {k: (lr if k in keys else 0.1) for k in phase.trainable}
 
 
+class _Client(ClientAPI):
+    """A client whose factor values and gradients the test sets."""
+
+    def __init__(self, values, grads):
+        self._values, self._grads = values, grads
+
+    def values(self, keys):
+        return {k: self._values[k] for k in keys}
+
+    def gradients(self, keys, batches):
+        return {k: self._grads[k] for k in keys}
+
+
 def test_rank_selection_spends_the_budget_over_the_whole_model(tiny_am, ctx_for):
-    """A-round, R = 4, 3 modules, r_0 = 1 and r_1 = 4: client 0 selects r_0 M = 3 ranks, client 1
-    all 12. Score of (m, i) = ||B_m[:, i]|| ||G_A[i, :]||: with B zero but for column 2 of
-    block 1 and column 0 of block 2 (twice as large), ranks with a zero B column score 0 and
-    the selection is these two (then the earliest zero score: block 0, rank 0)."""
+    """A-round, R = 4, 3 modules, r_0 = 1, r_1 = 4. Score (m, i) = ||B_m[:, i]|| ||G_A[i, :]||
+    with every G_A row of norm 1 and B zero but column 2 of block 1 (norm 2) and column 0 of
+    block 2 (norm 4): scores 4 (block 2, rank 0) > 2 (block 1, rank 2) > 0 (the rest, the
+    earliest first: block 0, rank 0). Client 0 keeps those r_0 M = 3; client 1 all 12."""
     am, m, state = _setup(tiny_am, ctx_for, [1, 4])
-    b = {j: torch.zeros(4, 4) for j in range(3)}
-    b[1][:, 2], b[2][:, 0] = 1.0, 2.0
-    am.load({f"blocks.{j}.fc.lora_B.weight": b[j] for j in range(3)})
-    am.set_trainable(["head.weight"])
+    values = dict(state.tensors)
+    for j in range(3):
+        values[f"blocks.{j}.fc.lora_B.weight"] = torch.zeros(4, 4)
+    values["blocks.1.fc.lora_B.weight"][:, 2] = 1.0  # column norm sqrt(4) = 2
+    values["blocks.2.fc.lora_B.weight"][:, 0] = 2.0  # column norm sqrt(16) = 4
+    grads = {f"blocks.{j}.fc.lora_A.weight": torch.eye(4) for j in range(3)}  # row norms 1
     plans = _plans(m, state, 2)
-    g = torch.Generator().manual_seed(0)
-    batch = {"x": torch.randn(16, 4, generator=g), "y": torch.randint(0, 3, (16,), generator=g)}
-    sel = m.client_masks(_Task(), am.model, lambda: iter([batch]), plans[0])
-    assert {k: v.flatten().nonzero().flatten().tolist() for k, v in sel.items()} == {
-        "blocks.0.fc.lora_A.weight": [0], "blocks.1.fc.lora_A.weight": [2], "blocks.2.fc.lora_A.weight": [0]}
-    assert all(v.shape == (4, 1) for v in sel.values())  # a row of A per rank
-    assert sum(int(v.sum()) for v in m.client_masks(_Task(), am.model, lambda: iter([batch]), plans[1]).values()) == 12
-    # the scoring leaves no gradient and the trainable flags as they were
-    assert all(p.grad is None for p in am.model.parameters())
-    assert [n for n, p in am.model.named_parameters() if p.requires_grad] == ["head.weight"]
+    chosen = m.client_select(plans[0], _Client(values, grads))
+    assert chosen.extra[RANKS] == {"blocks.0.fc": [0], "blocks.1.fc": [2], "blocks.2.fc": [0]}
+    assert chosen.factor == "A" and chosen.train_layers == plans[0].train_layers
+    everything = m.client_select(plans[1], _Client(values, grads)).extra[RANKS]
+    assert everything == {mod: [0, 1, 2, 3] for mod in m.modules}
+    (phase,) = m.local_phases(chosen)
+    assert phase.trained_slices == (("blocks.0.fc.lora_A.weight", 0, (0,)), ("blocks.1.fc.lora_A.weight", 0, (2,)),
+                                    ("blocks.2.fc.lora_A.weight", 0, (0,)))  # rows of A
 
 
 def test_a_run_sends_exactly_its_budget_and_keeps_the_other_ranks(tmp_path):
-    """tiny_text, R = 16, tiers 1 / 4 / 16, batch 8 (equal batches): each upload's masks select
-    r_k M ranks; in round 1 (B = 0) an unselected column of B is still 0; the scoring FLOPs
-    are in the client's total (more than its steps' (forward + backward) x steps)."""
+    """tiny_text, R = 16, tiers 1 / 4 / 16: each client's plan keeps r_k M ranks; in round 1
+    (B = 0) an unselected column of B is still 0 after training; the scoring FLOPs are in the
+    client's total (more than its steps' (forward + backward) x steps at equal batches)."""
     run = dict(rounds=2, clients=3, per_round=3, roc="1:1:1", seed=0, batch_size=8, out=str(tmp_path))
     exp = Tee("lora_a2", "tiny_text", run, method_config={"lora_r": 16},
               task_config={**SMALL_TASK_CONFIGS["tiny_text"], "n_train": 48})
@@ -88,13 +95,13 @@ def test_a_run_sends_exactly_its_budget_and_keeps_the_other_ranks(tmp_path):
     ranks = {t["tier"]: t["rank"] for t in rec["run"]["tiers"]}
     assert sorted(ranks.values()) == [1, 4, 16]
     for (rnd, client), res in exp.results.items():
-        masks = {k[: -len(MASK_SFX)]: v for k, v in res.upload.items() if k.endswith(MASK_SFX)}
-        factor = "lora_B" if rnd == 1 else "lora_A"
-        assert masks and all(factor in k for k in masks)
-        r_k = ranks[res.cost.tier]
-        assert sum(int(v.sum()) for v in masks.values()) == r_k * len(masks)
+        chosen = res.plan.extra[RANKS]
+        assert res.plan.factor == ("B" if rnd == 1 else "A")
+        assert sum(len(v) for v in chosen.values()) == ranks[res.cost.tier] * len(chosen)
         if rnd == 1:
-            for k, v in masks.items():
-                assert not res.upload[k][:, ~v.flatten()].any(), k
+            for mod, kept in chosen.items():
+                b = res.upload[mod + ".lora_B.weight"]
+                assert not b[:, [i for i in range(16) if i not in kept]].any(), mod
+            assert any(res.upload[mod + ".lora_B.weight"][:, kept].any() for mod, kept in chosen.items())
         c = res.cost
         assert c.flops_total > (c.flops_forward_step + c.flops_backward_step) * c.steps

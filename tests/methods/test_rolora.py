@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import MASK_SFX, ClientUpdate, tensor_bytes
+from fedbench.methods.alternating import RANKS
+from fedbench.methods.base import ClientUpdate, tensor_bytes
 from fedbench.methods.rolora import RoLoRA, RoLoRAHet
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
 
 M = "blocks.0.fc"
@@ -115,16 +116,15 @@ def test_het_trains_the_leading_ranks_and_averages_each_over_its_trainers(tiny_a
     (deltas 4, 6), examples 1 : 3. Column 0: (1*2 + 3*4) / 4 = 3.5, column 1 only client 1's: 6."""
     am, m, state = _setup(tiny_am, ctx_for, RoLoRAHet, r=2, ranks=(1, 2))
     plans = _plans(m, state, 1)
-    masks = {c: m.client_masks(None, None, None, plans[c]) for c in plans}
-    assert masks[0][B0].tolist() == [[True, False]] and masks[1][B0].tolist() == [[True, True]]
+    assert plans[0].extra[RANKS] == {M: [0]} and plans[1].extra[RANKS] == {M: [0, 1]}
+    (phase,) = m.local_phases(plans[0])
+    assert phase.trained_slices == ((B0, 1, (0,)),)  # column 0 of B
     head = {k: state.tensors[k] for k in HEAD}
-    ups = [ClientUpdate(0, {B0: torch.tensor([[2.0, 0.0], [2.0, 0.0]]), B0 + MASK_SFX: masks[0][B0], **head}, 1,
-                        plans[0]),
-           ClientUpdate(1, {B0: torch.tensor([[4.0, 6.0], [4.0, 6.0]]), B0 + MASK_SFX: masks[1][B0], **head}, 3,
-                        plans[1])]
+    ups = [ClientUpdate(0, {B0: torch.tensor([[2.0, 0.0], [2.0, 0.0]]), **head}, 1, plans[0]),
+           ClientUpdate(1, {B0: torch.tensor([[4.0, 6.0], [4.0, 6.0]]), **head}, 3, plans[1])]
     new = m.aggregate(state, ups)
     assert new.tensors[B0].tolist() == [[(1 * 2 + 3 * 4) / 4, 6.0]] * 2
-    # up: head + masks (1 byte per rank) + the selected columns of B only (2 floats each)
+    # up: head + the selection (1 byte per rank) + the selected columns of B only (2 floats each)
     t = m.traffic(plans[0], m.client_payload(state, plans[0]), ups[0].tensors)
     assert t.up_bytes == tensor_bytes(head) + 2 + 1 * 2 * 4
     assert t.up_bytes <= m.upload_budget(plans[0]) == tensor_bytes(head) + 2 + 1 * 2 * 4
@@ -133,8 +133,9 @@ def test_het_trains_the_leading_ranks_and_averages_each_over_its_trainers(tiny_a
 class OverBudget(RoLoRAHet):
     """RoLoRA-het whose clients send every rank whatever their budget: a bug the loop must catch."""
 
-    def rank_masks(self, task, model, batches, plan):
-        return {mod: torch.ones(self.r_max, dtype=torch.bool) for mod in self.modules}
+    def client_extra(self, profile, state, factor):
+        return {**super().client_extra(profile, state, factor), RANKS: {m: list(range(self.r_max))
+                                                                        for m in self.modules}}
 
 
 def test_the_round_loop_refuses_an_upload_over_the_budget(tmp_path):

@@ -1,15 +1,15 @@
-"""Allocation from a device budget (runners/budget.py) and --devices runs (runners/simtime.py)."""
+"""Allocation from a device budget (runners/budget/allocation.py) and --devices runs (runners/budget/simtime.py)."""
 
 import pytest
 
 from fedbench.errors import UserError
 from fedbench.methods.base import ClientPlan
-from fedbench.runners.budget import Planner, allocate_devices, first_fit, ladder, lowest_placement
-from fedbench.runners.devices import Device
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.simtime import probe_setup
-from fedbench.runners.state import RoundLog
-from fedbench.runners.summary import target_section
+from fedbench.runners.budget.allocation import Planner, allocate_devices, first_fit, ladder, lowest_placement
+from fedbench.runners.budget.devices import Device
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.budget.simtime import probe_setup
+from fedbench.runners.core.state import RoundLog
+from fedbench.runners.outputs.summary import target_section
 
 from smoke import SMALL_TASK_CONFIGS
 
@@ -38,7 +38,7 @@ def _planner(tmp_path, method):
         exp.am.bundle.n_layers
 
 
-@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl"])
+@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl", "fed_pilot"])
 def test_a_larger_budget_never_gets_a_smaller_allocation(tmp_path, method):
     planner, L = _planner(tmp_path, method)
     rungs = ladder(L, 16)
@@ -73,7 +73,7 @@ def _device_run(tmp_path, method, **extra):
     return rec
 
 
-@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl"])
+@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl", "fed_pilot"])
 def test_device_run_records_allocations_within_budgets(tmp_path, method):
     rec = _device_run(tmp_path, method)
     dev = rec["run"]["devices"]

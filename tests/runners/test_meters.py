@@ -16,9 +16,10 @@ import pytest
 import torch
 from torch import nn
 
-from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodContext, MethodState
-from fedbench.runners.adapters import AdapterModel
-from fedbench.runners.train import MeterCache, TrainSettings, train_client
+from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodState
+from fedbench.runners.executors.adapters import AdapterModel, method_context
+from fedbench.runners.core.spec import TrainSettings
+from fedbench.runners.executors.train import MeterCache, train_client
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig
 
 B, D, R, C, L = 8, 16, 4, 5, 6
@@ -53,7 +54,7 @@ def setup():
     bundle = ModelBundle(Net(), "blocks", {"default": ["fc"]}, ["head"])
     am = AdapterModel(bundle, r=R, alpha=R, dropout=0.0, target_profile="default")
     data = ArrayDataset({"x": torch.randn(B, D), "y": torch.randint(0, C, (B,))})
-    ctx = MethodContext(L, am.layer_keys, am.head_keys, {}, R, R)
+    ctx = method_context(am, {})
     return am, data, ctx
 
 

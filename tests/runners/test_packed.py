@@ -7,18 +7,22 @@ as sequentially (one linear per client on its rows, the shapes peft uses alone),
 the frozen base layers run over more rows, which leaves every row's result unchanged. The
 runs have three tiers (roc 1:1:1): sub-model methods give clients different block sets
 (each block runs over its holders' rows), rank methods different adapters. Row gathering
-is CUDA's default only (:func:`~fedbench.runners.packed.gather_rows`); these tests turn it
+is CUDA's default only (:func:`~fedbench.runners.executors.packed.gather_rows`); these tests turn it
 on (:func:`gathering`) so that it is checked on CPU too.
 """
 
+import dataclasses
 import importlib.util
 
 import pytest
 import torch
 
-import fedbench.runners.packed as packed_module
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.summary import PROCESS_MEASURES
+import fedbench.runners.executors.packed as packed_module
+from fedbench.methods import METHODS as REGISTRY
+from fedbench.methods.base import Method
+from fedbench.methods.baselines import FedAvg
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.outputs.summary import PROCESS_MEASURES
 
 from smoke import SMALL_TASK_CONFIGS, one_per_family, shared_data
 from tee import Tee
@@ -82,13 +86,18 @@ def same_results(a: Experiment, b: Experiment):
 # still the same record)
 METHODS = {"fedavg": True, "fed_hello_fim": True, "fed_hello_rgd": True, "fed_hello_gd_bottleneck": True,
            "straggler": True, "hetlora": False, "flexlora": True, "fedra": True, "fedra_fulldepth": True,
-           "inclusivefl": True, "all_small": True, "depthfl": False, "rolora": True, "rolora_het": False,
-           "lora_a2": False}
+           "inclusivefl": True, "all_small": True, "depthfl": False,
+           # fed_pilot's clients choose their modules on their own data first (Method.client_select), then pack;
+           # fedhl's payload carries base weights (its full-rank global model): sequential
+           "fed_pilot": True, "fedhl": False,
+           # one factor per round; rank masks on the trained factor (LocalPhase.masks: every lane holds them),
+           # lora_a2's chosen on the client (Method.client_select)
+           "rolora": True, "rolora_het": True, "lora_a2": True}
 
 
 #: one per family in the default run (whole model, layer subsets with a probe, ranks run sequentially,
-#: sub-models, multi-exit depth, one factor per round, client-chosen rank masks); the others with ``-m slow``
-PACKED_FAST = ("fedavg", "fed_hello_fim", "hetlora", "fedra", "depthfl", "rolora", "lora_a2")
+#: sub-models, multi-exit depth, client-side selection, one factor per round); the others with ``-m slow``
+PACKED_FAST = ("fedavg", "fed_hello_fim", "hetlora", "fedra", "depthfl", "fed_pilot", "rolora", "lora_a2")
 
 
 @pytest.mark.parametrize("method", one_per_family(list(METHODS), PACKED_FAST))
@@ -104,6 +113,36 @@ def test_packed_gives_the_local_record_and_uploads(tmp_path, method):
     assert local["run"]["executor_clients"] == {"local": 2 * 8}
     for placed, sampled in zip(packed["run"]["executor_placement"], packed["run"]["sampled_clients"]):
         assert sorted(placed["packed"] + placed["sequential"]) == sampled
+
+
+class PickOneLayer(FedAvg):
+    """Test-only: planned to train every layer, each client trains only the layer of largest
+    gradient norm on its own data (``Method.client_select``), so its plan differs from the
+    driver's and between clients."""
+
+    def client_select(self, plan, client):
+        sq = client.grad_sq_norms([k for j in plan.train_layers for k in self.ctx.layer_keys[j]], 1)
+        best = max(plan.train_layers, key=lambda j: sum(sq[k] for k in self.ctx.layer_keys[j]))
+        return dataclasses.replace(plan, train_layers=(best,))
+
+
+def test_packed_trains_the_plan_each_client_selects(tmp_path):
+    """The packed executor asks each client's selection before grouping (as ``local`` does):
+    the same record and uploads, every client-round trained one layer (the one it chose), and
+    clients packed; an executor that skipped the hook would upload every layer."""
+    REGISTRY.register("test_pick_one_layer", "test-only")(PickOneLayer)
+    try:
+        local, exp_l = run(tmp_path, "test_pick_one_layer", "local", method_cfg=NO_DROPOUT)
+        packed, exp_p = run(tmp_path, "test_pick_one_layer", "packed", method_cfg=NO_DROPOUT)
+    finally:
+        REGISTRY.remove("test_pick_one_layer")
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
+    assert packed["run"]["executor_clients"]["packed"] > 0
+    chosen = {res.plan.train_layers for res in exp_p.results.values()}
+    assert all(len(layers) == 1 for layers in chosen) and len(chosen) > 1
+    for res in exp_p.results.values():
+        assert {k for k in res.upload if "lora_" in k} == set(exp_p.method.ctx.layer_keys[res.plan.train_layers[0]])
 
 
 def test_the_record_says_how_each_client_ran(tmp_path):
@@ -146,7 +185,7 @@ def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
 def test_router_gives_each_client_its_own_lora_and_head():
     """Rows 0-1 are client 0's, row 2 client 1's, then one row each: each row's update is
     (alpha / r) B_k A_k x with its own k."""
-    from fedbench.runners.packed_route import RowClient, Router
+    from fedbench.runners.executors.packed_route import RowClient, Router
 
     a0, b0 = torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0], [0.0]])  # A (r=1, d=2), B (d=2, r=1)
     a1, b1 = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0], [3.0]])
@@ -167,8 +206,8 @@ def test_block_rows_and_gathering_keep_a_skipped_block_s_rows():
     client that skips a block come out of it unchanged."""
     from torch import nn
 
-    from fedbench.runners.packed_route import RowClient, Router
-    from fedbench.runners.packed_rows import block_rows, gathered, union_blocks
+    from fedbench.runners.executors.packed_route import RowClient, Router
+    from fedbench.runners.executors.packed_rows import block_rows, gathered, union_blocks
 
     layout = block_rows([(0, 2), (0, 1)], [2, 1], 3)
     assert layout[0] == ([0, 1], None)
@@ -251,7 +290,7 @@ def test_time_shares_follow_flops_else_steps():
     """A group's time goes to its clients by FLOPs (3 : 1), by steps (2 : 2) when one has none."""
     from types import SimpleNamespace
 
-    from fedbench.runners.packed import time_shares
+    from fedbench.runners.executors.packed import time_shares
 
     def client(flops, steps):
         return SimpleNamespace(cost=SimpleNamespace(flops_total=flops, steps=steps))
@@ -283,3 +322,63 @@ def test_packed_minilm_equals_local_per_method(tmp_path, monkeypatch, method):
     same_record(local, packed)
     same_results(exp_l, exp_p)
     assert bool(packed["run"]["executor_clients"]["packed"]) == METHODS[method]
+
+
+class L2Avg(FedAvg):
+    """FedAvg whose clients add an L2 penalty on what they train: a local-training hook
+    (``local_loss``) of its own, which a shared packed forward cannot compute."""
+
+    def local_loss(self, model, batch, outputs, plan):
+        return 0.05 * sum((p ** 2).sum() for p in model.parameters() if p.requires_grad)
+
+
+class ScaledAvg(FedAvg):
+    """Overrides a hook the base class does not have yet (added by the test below)."""
+
+    def loss_scale(self, plan):
+        return 0.5
+
+
+@pytest.fixture
+def toy_methods():
+    for name, cls in (("test_l2avg", L2Avg), ("test_scaledavg", ScaledAvg)):
+        REGISTRY.register(name, "test-only")(cls)
+    yield
+    for name in ("test_l2avg", "test_scaledavg"):
+        REGISTRY.remove(name)
+
+
+def test_a_method_with_a_step_of_its_own_runs_sequentially_under_packed(tmp_path, toy_methods):
+    """The executor decides from ``Method.plain_step`` (derived from ``Method.STEP_HOOKS``):
+    a toy method overriding ``local_loss`` trains every client sequentially, giving the local
+    record (its penalty applied: the record differs from FedAvg's)."""
+    assert FedAvg.plain_step() and not L2Avg.plain_step() and L2Avg.step_overrides() == ["local_loss"]
+    local, exp_l = run(tmp_path, "test_l2avg", "local", method_cfg=NO_DROPOUT)
+    packed, exp_p = run(tmp_path, "test_l2avg", "packed", method_cfg=NO_DROPOUT)
+    same_record(local, packed)
+    same_results(exp_l, exp_p)
+    assert packed["run"]["executor_clients"] == {"packed": 0, "sequential": 2 * 8}
+    plain, _ = run(tmp_path / "fedavg", "fedavg", "local", method_cfg=NO_DROPOUT)
+    assert plain["results"] != local["results"]
+
+
+def test_a_new_step_hook_is_declared_once_and_every_executor_follows(tmp_path, toy_methods, monkeypatch):
+    """A hook added to the base class's ``STEP_HOOKS`` (here a new ``loss_scale``) is all it
+    takes: a method overriding it stops being packed, with no change to the executor."""
+    assert ScaledAvg.plain_step()  # an unknown method attribute changes nothing
+    monkeypatch.setattr(Method, "loss_scale", lambda self, plan: 1.0, raising=False)
+    monkeypatch.setattr(Method, "STEP_HOOKS", Method.STEP_HOOKS + ("loss_scale",))
+    assert not ScaledAvg.plain_step() and FedAvg.plain_step()
+    packed, _ = run(tmp_path, "test_scaledavg", "packed", {"rounds": 1}, method_cfg=NO_DROPOUT)
+    assert packed["run"]["executor_clients"] == {"packed": 0, "sequential": 8}
+
+
+def test_the_task_declares_whether_its_loss_is_the_plain_cross_entropy():
+    from fedbench.tasks.base import ClassificationTask
+    from fedbench.tasks.tiny import TinyText
+
+    class OwnLoss(TinyText):
+        def loss(self, model, batch):
+            return super().loss(model, batch)
+
+    assert TinyText.plain_loss() and ClassificationTask.plain_loss() and not OwnLoss.plain_loss()

