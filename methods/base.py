@@ -221,6 +221,8 @@ class Method:
       ``communicates``         False: exchanges nothing (local training only)
       ``family``               the section of the methods document it belongs to (plots draw a family together)
       ``STEP_HOOKS``           the local-training hooks that make a step a method's own (``plain_step``)
+      ``step_overrides``       (classmethod) the hooks of ``STEP_HOOKS`` it overrides
+      ``plain_step``           (classmethod) none overridden: its step is the task's own (executors may pack it)
     Planning
       ``resolve_config``       (classmethod) config defaults that depend on the task kind
       ``proxy_size_for``       (classmethod) held-out examples the server uses as its proxy set

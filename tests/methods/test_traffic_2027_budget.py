@@ -2,14 +2,12 @@
 (BERT-base q/v: d = 768, L = 24 adapted matrices; scalars per client-round, the head
 counted apart; one rank of both factors = 1536 per matrix = 36,864 over the 24).
 
-As in test_traffic_2026 (whose small-width twin this reuses: a random-init 12-layer BERT of
-width 48 with LoRA on query and value), each method's hooks run two rounds with made-up
-uploads; the measured bytes must be the formula at d = 48, and the formula at d = 768 the
-spec's number."""
+As in test_traffic_2026 (whose small-width twin, tests/traffic_twin.py, this reuses: a
+random-init 12-layer BERT of width 48 with LoRA on query and value), each method's hooks
+run two rounds with made-up uploads; the measured bytes must be the formula at d = 48, and
+the formula at d = 768 the spec's number."""
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,10 +19,7 @@ from fedbench.methods.fed_pilot import INDEX_BYTES, SCORE_BYTES, SELECTED
 from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.runners.executors.selection import select_plan
 
-_spec = importlib.util.spec_from_file_location("traffic_2026", Path(__file__).with_name("test_traffic_2026.py"))
-traffic_2026 = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(traffic_2026)
-L, UNIT = traffic_2026.L, traffic_2026.UNIT  # 24 matrices; r (d_in + d_out) over them per rank
+from traffic_twin import L, UNIT, twin  # 24 matrices; r (d_in + d_out) over them per rank
 
 #: the spec's numbers at d = 768 (scalars per client-round, head apart)
 TABLE = {
@@ -68,7 +63,7 @@ class Scores(ClientAPI):
 
 def _run(key: str, config: dict, profiles: dict, client: int):
     """Two rounds of ``key``'s hooks; ``client``'s Traffic of round 2 and its head bytes."""
-    am = AdapterModel(traffic_2026._twin(), config["lora_r"], 16.0, 0.0, "qv")
+    am = AdapterModel(twin(), config["lora_r"], 16.0, 0.0, "qv")
     cls = METHODS.get(key)
     ctx = MethodContext(n_layers=12, layer_keys=am.layer_keys, head_keys=am.head_keys, profiles=profiles,
                         lora_r=config["lora_r"], lora_alpha=16.0, rounds=2, memory=Accountant(am))
