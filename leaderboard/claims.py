@@ -94,7 +94,7 @@ class Fix:
     def concerns(self, rec: dict) -> bool:
         """The record's method or setting is one the fix changed."""
         run = rec["run"]
-        setting = run["setting"]
+        setting = run["run_config"]["setting"]
         kinds = {setting} | ({"k/-"} if setting.endswith("/-") and setting[:-2].isdigit() else set())
         return run["method"] in self.methods or bool(kinds & set(self.settings))
 
@@ -196,7 +196,7 @@ def find_row(sec: Section, method: str, roc: str, where: tuple, setting: str) ->
 
 def _has(recs, setting: str, where: tuple) -> bool:
     """Some of ``recs`` ran in ``setting``, and all of those have every (field, value) of ``where``."""
-    cell = [r for r in recs if r["run"]["setting"] == setting]
+    cell = [r for r in recs if r["run"]["run_config"]["setting"] == setting]
     return bool(cell) and all(has_fields(r, where) for r in cell)
 
 

@@ -64,7 +64,7 @@ def _rows(sec: Section | None, c: Claim) -> tuple[RowKey | None, RowKey | None]:
 
 
 def _paired(sec: Section, rk: RowKey, setting: str, seeds: tuple) -> list[dict]:
-    return [r for r in sec.runs[rk] if r["run"]["setting"] == setting and r["run"]["seed"] in seeds]
+    return [r for r in sec.runs[rk] if r["run"]["run_config"]["setting"] == setting and r["run"]["run_config"]["seed"] in seeds]
 
 
 def _mean_curve(recs: list[dict], scale: float) -> Flatness | None:
@@ -77,8 +77,8 @@ def _mean_curve(recs: list[dict], scale: float) -> Flatness | None:
 def _budget(recs: list[dict]) -> str:
     """Rounds, seeds, model and the data partition's fingerprint (``run.partition_fingerprint``:
     the record keeps no data path, whose role is runtime, so the fingerprint names the data)."""
-    rounds = sorted({r["run"]["rounds"] for r in recs})
-    seeds = sorted({r["run"]["seed"] for r in recs})
+    rounds = sorted({r["run"]["run_config"]["rounds"] for r in recs})
+    seeds = sorted({r["run"]["run_config"]["seed"] for r in recs})
     tc = recs[0]["run"].get("task_config") or {}
     prints = sorted({str(r["run"].get("partition_fingerprint") or "-")[:8] for r in recs})
     return (f"{'/'.join(map(str, rounds))} rounds, seeds {','.join(map(str, seeds))}, "
@@ -94,7 +94,7 @@ def _per_round(recs: list[dict], key: str) -> float | None:
 
 def _seeds_recorded(c: Claim, recs: list[dict], method: str) -> set:
     """The seeds of ``method``'s records in the claim's cell: its setting, resource label and ``where``."""
-    return {r["run"]["seed"] for r in recs if r["run"]["method"] == method and r["run"]["setting"] == c.setting
+    return {r["run"]["run_config"]["seed"] for r in recs if r["run"]["method"] == method and r["run"]["run_config"]["setting"] == c.setting
             and (r["run"].get("resource_label") or "-") == c.roc and has_fields(r, c.where)}
 
 
@@ -128,7 +128,7 @@ def _cost(c: Claim, task_recs: list[dict]) -> str:
     cmd = esc(c.run_command())
     if not task_recs:
         return f"{cmd}; cost not estimated (no committed record of {esc(c.task)} to time)"
-    seeds = max(MIN_SEEDS, len({r["run"]["seed"] for r in task_recs}))
+    seeds = max(MIN_SEEDS, len({r["run"]["run_config"]["seed"] for r in task_recs}))
     where = c.where_values
     minutes, tflops, parts, have = 0.0, 0.0, [], ""
     for m, other in ((c.a, c.b), (c.b, c.a)):
@@ -141,7 +141,7 @@ def _cost(c: Claim, task_recs: list[dict]) -> str:
         spr = _per_round(src, "seconds_total")
         if spr is None:
             return f"{cmd}; cost not estimated (no timed record for {esc(m)})"
-        rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["rounds"] for r in src)
+        rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["run_config"]["rounds"] for r in src)
         tpr = _per_round(src, "tflops_total")
         minutes += spr * rounds * runs / 60
         tflops = None if tflops is None or tpr is None else tflops + tpr * rounds * runs

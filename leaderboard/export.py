@@ -55,11 +55,11 @@ def task_rows(task: str, records: list[dict], per: str = "cell") -> list[dict]:
         fmt = Fmt(sec.metric)
         base = {"task": task, "metric": sec.metric}
         if per == "run":
-            for r in sorted(sec.records, key=lambda r: (sec.row_of(r), setting_sort_key(r["run"]["setting"]),
-                                                        r["run"]["seed"], r["run"]["run_id"])):
+            for r in sorted(sec.records, key=lambda r: (sec.row_of(r), setting_sort_key(r["run"]["run_config"]["setting"]),
+                                                        r["run"]["run_config"]["seed"], r["run"]["run_id"])):
                 rk = sec.row_of(r)
                 row = {**base, "row": sec.names[rk], "method": rk.method, "resource_label": rk.label,
-                       "variant": _variant(rk), "setting": r["run"]["setting"], "seed": r["run"]["seed"],
+                       "variant": _variant(rk), "setting": r["run"]["run_config"]["setting"], "seed": r["run"]["run_config"]["seed"],
                        "run_id": r["run"]["run_id"], "final": r["results"]["final"],
                        "peak_mem_source": r["cost"]["peak_mem_source"]}
                 row.update({f"cost_{c.key}": c.read(r) for c in COSTS})

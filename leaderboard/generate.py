@@ -63,7 +63,7 @@ def _mixed_test_sets(recs: list[dict]) -> list[str]:
     for r in recs:
         idx = r["run"].get("holdout_indices")
         if isinstance(idx, list):
-            held[(r["run"]["setting"], r["run"]["seed"])].add(tuple(idx))
+            held[(r["run"]["run_config"]["setting"], r["run"]["run_config"]["seed"])].add(tuple(idx))
     return [f"{esc(setting)} seed {seed}" for (setting, seed), sets in sorted(held.items()) if len(sets) > 1]
 
 

@@ -82,7 +82,7 @@ def weak_front(sec: Section, setting: str, cost: str, field: str) -> tuple[dict,
     cost)}`` of the rows with both (record units), the rows on their cohort's Pareto
     front, and the rows with a run whose weakest tier never trained
     (:func:`~fedbench.leaderboard.table.weak_tier_idle`), drawn but kept off the fronts."""
-    runs = {rk: [r for r in sec.runs[rk] if r["run"]["setting"] == setting] for rk in sec.rows}
+    runs = {rk: [r for r in sec.runs[rk] if r["run"]["run_config"]["setting"] == setting] for rk in sec.rows}
     quality = {rk: mean([sec.cells[(rk, setting)][s] for s in sorted(sec.cells[(rk, setting)])])
                for rk in sec.rows if sec.cells.get((rk, setting))}
     idle = {rk for rk in quality if any(weak_tier_idle(r) for r in runs[rk])}
@@ -165,8 +165,8 @@ def pareto(plt, sec: Section, setting: str, title: str):
 
 
 def tiers(plt, sec: Section, setting: str, title: str):
-    rows = [rk for rk in sec.rows if any(r["run"]["setting"] == setting for r in sec.runs[rk])]
-    runs = {rk: [r for r in sec.runs[rk] if r["run"]["setting"] == setting] for rk in rows}
+    rows = [rk for rk in sec.rows if any(r["run"]["run_config"]["setting"] == setting for r in sec.runs[rk])]
+    runs = {rk: [r for r in sec.runs[rk] if r["run"]["run_config"]["setting"] == setting] for rk in rows}
     ids = sorted({t for rk in rows for r in runs[rk] for t in r["cost"]["tflops_per_step"]["by_tier"]}, key=tier_order)
     slots, ticks, heads = [], [], []  # (y, row or None), tick labels, header positions
     several = len({rk.label for rk in rows}) > 1

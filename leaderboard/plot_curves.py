@@ -23,7 +23,7 @@ def mean_curve(sec: Section, rk: RowKey, setting: str, scale: float) -> dict[int
     """Round -> the row's values in that round over its runs of ``setting`` (scaled)."""
     by_round = defaultdict(list)
     for r in sec.runs[rk]:
-        if r["run"]["setting"] == setting:
+        if r["run"]["run_config"]["setting"] == setting:
             for p in r["results"]["curve"]:
                 if p["metric"] is not None:
                     by_round[p["round"]].append(p["metric"] * scale)
@@ -33,7 +33,7 @@ def mean_curve(sec: Section, rk: RowKey, setting: str, scale: float) -> dict[int
 def curve_points(sec: Section, setting: str) -> int:
     """The most evaluated rounds of any run of ``setting`` in the section."""
     return max((sum(p["metric"] is not None for p in r["results"]["curve"])
-                for r in sec.records if r["run"]["setting"] == setting), default=0)
+                for r in sec.records if r["run"]["run_config"]["setting"] == setting), default=0)
 
 
 def curves(plt, sec: Section, setting: str, title: str):

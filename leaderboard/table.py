@@ -4,6 +4,7 @@ front. Used by the markdown renderer and by the CSV/JSON export alike."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -12,7 +13,7 @@ from fedbench.leaderboard.groups import RowKey, Section, show_value, weak_strong
 from fedbench.leaderboard.stats import PairedTest, ci_half_width, mean, paired_t_test, pareto_front
 
 __all__ = ["BUDGET_FIELDS", "COHORT_FIELDS", "COSTS", "FEDERATION_FIELDS", "PARETO_COST", "CellStat", "Cost",
-           "QualityTable", "cohort", "cohort_names", "idle_weak_tier", "mem_sources", "weak_tier_idle", "pareto_rows",
+           "QualityTable", "budget", "budget_names", "cohort", "cohort_names", "ranked", "idle_weak_tier", "mem_sources", "weak_tier_idle", "pareto_rows",
            "quality_table", "row_costs"]
 
 
@@ -55,6 +56,47 @@ def cohort(rk: RowKey) -> tuple:
     budget. Methods and their hyperparameters (method config, lr, ...) are compared within a
     cohort."""
     return (rk.label,) + tuple((k, v) for k, v in rk.variant if k in COHORT_FIELDS or k.startswith("task."))
+
+
+def budget(rk: RowKey) -> tuple:
+    """The row's budget: its :func:`cohort` without the resource label (federation, rounds,
+    task config). A table holds the rows of one budget; within it, each resource label is a
+    group ranked on its own."""
+    return cohort(rk)[1:]
+
+
+def _value_key(canon: str) -> tuple:
+    """Sort key of a variant value (canonical JSON): none first, then numbers by value, then text."""
+    v = json.loads(canon)
+    if v is None:
+        return (0, 0.0, "")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (1, float(v), "")
+    return (2, 0.0, canon)
+
+
+def budget_names(rows: Sequence[RowKey]) -> dict[tuple, str]:
+    """Budget -> its name: the fields that differ between the budgets of ``rows``
+    (``rounds=50``, ``clients=10, per_round=10, rounds=70``); ``""`` when all rows share one.
+    In table order: by each field's value, numbers by size (``rounds=10`` before ``rounds=250``)."""
+    groups = sorted({budget(rk) for rk in rows}, key=lambda g: [(k, _value_key(v)) for k, v in g])
+    fields = sorted({k for g in groups for k, _ in g})
+    differ = [k for k in fields if len({dict(g).get(k) for g in groups}) > 1]
+    return {g: ", ".join(f"{k}={show_value(dict(g)[k]) if k in dict(g) else '-'}" for k in differ) for g in groups}
+
+
+def ranked(q: QualityTable, rows: Sequence[RowKey], *, lower_better: bool) -> list[RowKey]:
+    """``rows`` (of one group) best first: by Avg, then the rows without an Avg (a setting
+    missing) by the mean of the cells they have; ties in the given order."""
+    sign = 1.0 if lower_better else -1.0
+
+    def key(rk: RowKey) -> tuple:
+        if rk in q.avgs:
+            return 0, sign * q.avgs[rk]
+        means = [q.cells[(rk, c)].mean for c in q.columns if (rk, c) in q.cells]
+        return 1, sign * mean(means) if means else math.inf
+
+    return sorted(rows, key=key)
 
 
 def cohort_names(rows: Sequence[RowKey]) -> dict[tuple, str]:

@@ -206,6 +206,7 @@ class Method:
       ``requires_full_tier``   trains only clients whose budget covers every layer
       ``needs_archs``          architectures the task must offer (``Task.archs``)
       ``communicates``         False: exchanges nothing (local training only)
+      ``version``              its rule's version, recorded in ``run.method_version`` (bump on a rule change)
     Planning
       ``resolve_config``       (classmethod) config defaults that depend on the task kind
       ``proxy_size_for``       (classmethod) held-out examples the server uses as its proxy set
@@ -249,6 +250,9 @@ class Method:
     needs_archs: ClassVar[tuple[str, ...]] = ()
     #: False (a lower reference): its payloads and uploads are empty by design
     communicates: ClassVar[bool] = True
+    #: its rule's version: bump it when a change gives its runs other results; recorded in
+    #: ``run.method_version``, hashed into the run id from 2 on (so existing ids stay)
+    version: ClassVar[int] = 1
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config

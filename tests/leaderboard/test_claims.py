@@ -149,7 +149,7 @@ def test_fix_marks_records_created_before_it():
     fix = Fix("abc", "2026-11-24T23:20:10+00:00", "w", ("fedproto",), ("k/-",))
 
     def rec(method, setting, created):
-        return {"run": {"method": method, "setting": setting, "created_at": created}}
+        return {"run": {"method": method, "run_config": {"setting": setting}, "created_at": created}}
 
     assert fix.affects(rec("fedproto", "iid", "2026-11-23T10:00:00+00:00"))
     assert not fix.affects(rec("fedproto", "iid", "2026-11-25T10:00:00+00:00"))
@@ -199,7 +199,8 @@ def _budget_rec(method, setting, seed, rounds):
     from .test_generate import make
 
     rec = make(method, setting, seed, 0.5)
-    rec["run"].update(run_id=f"{method}-{setting}-{seed}-{rounds}", rounds=rounds, variant={"rounds": rounds})
+    rec["run"]["run_id"] = f"{method}-{setting}-{seed}-{rounds}"
+    rec["run"]["run_config"]["rounds"] = rounds
     return rec
 
 
@@ -228,7 +229,7 @@ def _timed_rec(method, setting, seed, rounds, spr, tpr, **variant):
     """A record of ``task`` at 1:1:1 with ``rounds`` completed at ``spr`` s and ``tpr`` TFLOPs per round."""
     r = _budget_rec(method, setting, seed, rounds)
     r["run"].update(task="task", resource_label="1:1:1", rounds_completed=rounds)
-    r["run"]["variant"].update(variant)
+    r["run"]["run_config"].update(variant)
     r["cost"].update(seconds_total=rounds * spr, tflops_total=rounds * tpr)
     return r
 
