@@ -65,7 +65,7 @@ def budget(rk: RowKey) -> tuple:
     return cohort(rk)[1:]
 
 
-def _value_key(canon: str) -> tuple:
+def value_key(canon: str) -> tuple:
     """Sort key of a variant value (canonical JSON): none first, then numbers by value, then text."""
     v = json.loads(canon)
     if v is None:
@@ -79,7 +79,7 @@ def budget_names(rows: Sequence[RowKey]) -> dict[tuple, str]:
     """Budget -> its name: the fields that differ between the budgets of ``rows``
     (``rounds=50``, ``clients=10, per_round=10, rounds=70``); ``""`` when all rows share one.
     In table order: by each field's value, numbers by size (``rounds=10`` before ``rounds=250``)."""
-    groups = sorted({budget(rk) for rk in rows}, key=lambda g: [(k, _value_key(v)) for k, v in g])
+    groups = sorted({budget(rk) for rk in rows}, key=lambda g: [(k, value_key(v)) for k, v in g])
     fields = sorted({k for g in groups for k, _ in g})
     differ = [k for k in fields if len({dict(g).get(k) for g in groups}) > 1]
     return {g: ", ".join(f"{k}={show_value(dict(g)[k]) if k in dict(g) else '-'}" for k in differ) for g in groups}

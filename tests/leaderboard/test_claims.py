@@ -10,8 +10,9 @@ import pytest
 
 from fedbench.errors import UserError
 from fedbench.leaderboard.claims import Claim, Fix, load_claims, measure, paper_names, seeds_needed
-from fedbench.leaderboard.claims_report import (INCONCLUSIVE, NOT_TESTABLE, REGENERATE, REPRODUCED, REVERSED,
-                                                build_report, verdict)
+from fedbench.leaderboard.claims_report import (INCONCLUSIVE, NOT_AT_SIZE, NOT_RUN, NOT_TESTABLE, REGENERATE,
+                                                REPRODUCED, REVERSED, build_report, evaluate, render_claims,
+                                                verdict)
 from fedbench.leaderboard.flatness import flatness
 from fedbench.leaderboard.stats import t_quantile_975
 from fedbench.records import load_records
@@ -45,8 +46,13 @@ def test_unevaluated_start_round_cannot_be_judged():
     assert flatness([]) is None
 
 
-def test_a_falling_curve_is_flat():
-    assert flatness([(8, 60.0), (9, 50.0), (10, 40.0)]).flat is True
+def test_flatness_judges_the_size_of_the_change():
+    """|change| < 1 is flat; a curve that lost 1 point or more is falling, not flat."""
+    falling = flatness([(8, 60.0), (9, 50.0), (10, 40.0)])
+    assert (falling.state, falling.flat, falling.gain) == ("falling", False, 40.0 - 60.0)
+    assert flatness([(8, 60.0), (9, 59.5), (10, 59.1)]).state == "flat"  # -0.9: flat
+    assert flatness([(8, 60.0), (10, 59.0)]).state == "falling"  # exactly -1: falling
+    assert flatness([(8, 60.0), (10, 61.5)]).state == "rising"
 
 
 # ------------------------------------------------------------------ paired measure
@@ -73,11 +79,12 @@ def _claim(sign=1, not_testable=None):
 
 
 def test_verdict_rule():
-    up = measure({0: 3.0, 1: 4.0, 2: 5.1}, {0: 1.0, 1: 2.0, 2: 3.0})
-    assert verdict(_claim(+1), up, 0.01)[0] == REPRODUCED
+    up = measure({0: 3.0, 1: 4.0, 2: 5.1}, {0: 1.0, 1: 2.0, 2: 3.0})  # A - B 2.03 ± 0.14
+    inside = Claim("p", "T", "task", "a", "b", "1:1:1", (), "g", "iid", "IID", 3.0, 1.0, 1, None, None, "")
+    assert verdict(inside, up, 0.01)[0] == REPRODUCED
     assert verdict(_claim(-1), up, 0.01)[0] == REVERSED
-    assert verdict(_claim(+1), up, 0.2)[0] == INCONCLUSIVE  # raw CI excludes 0, Holm does not
-    assert "before Holm" in verdict(_claim(+1), up, 0.2)[1]
+    assert verdict(inside, up, 0.2)[0] == INCONCLUSIVE  # raw CI excludes 0, Holm does not
+    assert "before Holm" in verdict(inside, up, 0.2)[1]
     noisy = measure({0: 3.0, 1: 1.0, 2: 5.0}, {0: 1.0, 1: 2.0, 2: 3.0})
     v, why = verdict(_claim(+1), noisy, 0.9)
     assert v == INCONCLUSIVE and f"below {abs(noisy.diff):.2f}" in why
@@ -86,9 +93,23 @@ def test_verdict_rule():
     # so the paper's +1.00 lies outside [-0.11, +0.18]
     level = measure({0: 1.0, 1: 2.0, 2: 3.1}, {0: 1.0, 1: 2.0, 2: 3.0})
     v, why = verdict(_claim(+1), level, 0.9)
-    assert v == INCONCLUSIVE and "the paper's A - B (+1.00) lies outside the 95 % CI [-0.11, +0.18]" in why
+    assert v == NOT_AT_SIZE and "the paper's A - B (+1.00) lies outside the 95 % CI [-0.11, +0.18]" in why
+    assert "smaller than the paper's; the sign is not settled" in why
     assert verdict(_claim(+1, "no backbone"), up, None) == (NOT_TESTABLE, "no backbone")
-    assert verdict(_claim(+1), None, None)[0] == NOT_TESTABLE
+    assert verdict(_claim(+1), None, None)[0] == NOT_RUN
+
+
+def test_not_reproduced_at_the_papers_size_whatever_the_sign_test_says():
+    """diffs 2, 2, 2.1 (mean 2.03, CI +-0.14): the sign is settled, but a paper's +1.00 lies below
+    the CI (a larger gap measured) and a paper's +2.00 inside it; reversed keeps precedence."""
+    up = measure({0: 3.0, 1: 4.0, 2: 5.1}, {0: 1.0, 1: 2.0, 2: 3.0})
+    v, why = verdict(_claim(+1), up, 0.01)  # paper: 2.0 vs 1.0
+    assert v == NOT_AT_SIZE and "larger than the paper's; the sign is the paper's (Holm p 0.01)" in why
+    inside = Claim("p", "T", "task", "a", "b", "1:1:1", (), "g", "iid", "IID", 3.0, 1.0, 1, None, None, "")
+    assert verdict(inside, up, 0.01) == (REPRODUCED, "Holm p 0.01 < 0.05")
+    unprinted = Claim("p", "T", "task", "a", "b", "1:1:1", (), "g", "iid", "IID", None, None, 1, None, None, "")
+    assert verdict(unprinted, up, 0.01)[0] == REPRODUCED  # no paper size to miss
+    assert verdict(_claim(-1), up, 0.01)[0] == REVERSED
 
 
 # ------------------------------------------------------------------ claim files and fixes
@@ -247,7 +268,7 @@ def test_cost_counts_only_the_missing_runs_and_fills_where_into_the_command():
               "sweep P --only method={a},{b} --only setting={setting} --only roc={roc} ({rounds} rounds)",
               "not legible")
     (o,) = evaluate([c], recs)
-    assert o.verdict == NOT_TESTABLE and o.measured is None
+    assert o.verdict == NOT_RUN and o.measured is None and o.elsewhere == ""
     assert o.cost.startswith("sweep P --only method=a,b --only setting=iid --only roc=1:1:1 (4 rounds); est. 24 CPU-min")
     assert "a 2 runs x 4 rounds x 30.0 s/round (a's 3 records, 0.50 TFLOPs/round)" in o.cost
     assert "b 5 runs x 4 rounds x 60.0 s/round (b's 2 records, 1.00 TFLOPs/round)" in o.cost
@@ -314,3 +335,68 @@ def test_each_claims_command_selects_its_cell_from_its_preset(paper):
         assert len(runs) == 2 * 5
         checked += 1
     assert checked
+
+
+# ------------------------------------------------------------------ each verdict on hand-built records
+def _pair(a, b, diffs, setting="iid", rounds=4, base=0.5):
+    """Records of A and B at 1:1:1 in ``setting``, seed s with A - B = diffs[s] points."""
+    out = []
+    for s, d in enumerate(diffs):
+        out += [_timed_rec(a, setting, s, rounds, 1.0, 0.1), _timed_rec(b, setting, s, rounds, 1.0, 0.1)]
+        out[-2]["results"]["final"] = base + s / 100 + d / 100
+        out[-1]["results"]["final"] = base + s / 100
+    return out
+
+
+def _c(a, b, fa, fb, setting="iid", note=None, not_testable=None, rounds=4):
+    return Claim("p", "T", "task", a, b, "1:1:1", (("rounds", str(rounds)),), "g", setting, setting.upper(), fa, fb,
+                 1 if fa > fb else -1, not_testable, "sweep P", "", note)
+
+
+def test_each_verdict_on_hand_built_records():
+    """Six claims, one per verdict, on records built for it (5 seeds, paired A - B in points):
+    A - B = 10, 10.1, 9.9, 10, 10 against the paper's +10: reproduced; the same against the paper's
+    +2: not reproduced at the paper's size (larger); against the paper's -10: reversed; A - B
+    = 1, -1, 2, -2, 0.5 against the paper's +1: inconclusive; no records: not run; a reason in the
+    claim file: not testable here."""
+    recs = (_pair("a", "b", [10, 10.1, 9.9, 10, 10]) + _pair("c", "d", [1, -1, 2, -2, 0.5])
+            + _pair("e", "f", [10, 10.1, 9.9, 10, 10], rounds=8))
+    claims = [_c("a", "b", 60, 50), _c("a", "b", 52, 50), _c("a", "b", 40, 50), _c("c", "d", 51, 50),
+              _c("x", "y", 51, 50), _c("a", "b", 60, 50, not_testable="another model"),
+              _c("e", "f", 60, 50)]
+    got = [o.verdict for o in evaluate(claims, recs)]
+    assert got == [REPRODUCED, NOT_AT_SIZE, REVERSED, INCONCLUSIVE, NOT_RUN, NOT_TESTABLE, NOT_RUN]
+    text = render_claims([("p", "P", evaluate(claims, recs))], len(recs))
+    summary = next(line for line in text.splitlines() if line.startswith("7 claims: "))
+    assert summary == ("7 claims: 1 reproduced, 1 not reproduced at the paper's size, 1 reversed, 1 inconclusive, "
+                       "2 not run, 1 not testable here.")
+
+
+def test_a_claim_not_run_names_the_records_at_another_budget():
+    """e and f ran 8 rounds, the claim asks for 4: not run, and the report says where they are,
+    with their paired A - B (+10 every seed: CI half-width 0)."""
+    recs = _pair("e", "f", [10, 10, 10], rounds=8) + [_timed_rec("e", "iid", 7, 16, 1.0, 0.1)]
+    (o,) = evaluate([_c("e", "f", 60, 50)], recs)
+    assert o.verdict == NOT_RUN
+    assert o.elsewhere == "rounds=8 (e 3 seeds, f 3 seeds; A - B +10.00 ± 0.00); rounds=16 (e 1 seed)"
+    text = render_claims([("p", "P", [o])], len(recs))
+    assert "no records pair the two methods in this setting at rounds=4; records exist at another budget: rounds=8" in text
+
+
+def test_a_note_about_one_methods_row_appears_on_its_claims_only(tmp_path):
+    d = _write(tmp_path, """
+paper: paper
+blocks:
+  - table: T
+    task: t
+    method: a
+    columns: {iid: IID}
+    groups: [{roc: "1:1:1", paper_group: "RoC 1:1:1", notes: {s: "the row of every RoC"},
+              figures: {a: [60.0], s: [50.0], b: [40.0]}}]
+""")
+    claims = load_claims(d, "paper")[1]
+    assert [(c.b, c.note) for c in claims] == [("s", "the row of every RoC"), ("b", None)]
+    text = render_claims([("paper", "P", evaluate(claims, []))], 0)
+    rows = [line for line in text.splitlines() if line.startswith("| a vs ")]
+    assert "RoC 1:1:1 (s: the row of every RoC)" in rows[0] and "every RoC" not in rows[1]
+    assert "Pre-fix" not in text  # no paired record predates a fix: that rule is not stated
