@@ -108,7 +108,8 @@ def plot_simtime(plt, records: Sequence[dict], task: str, out_dir: str | Path) -
     paths = []
     for setting, rs in sorted(by_setting.items()):
         fig, ax = plt.subplots(figsize=(6, 4))
-        for r in sorted(rs, key=lambda r: (r["run"]["method"], r["run"]["resource_label"], r["run"]["run_config"]["seed"])):
+        for r in sorted(rs, key=lambda r: (r["run"]["method"], r["run"]["resource_label"],
+                                           r["run"]["run_config"]["seed"])):
             curve = r["results"]["curve"]
             pts = [(t, p["metric"]) for p, t in zip(curve, cumulative(curve, "sim_seconds")) if p["metric"] is not None]
             if pts:

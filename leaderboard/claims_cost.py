@@ -40,7 +40,8 @@ def _per_round(recs: list[dict], key: str) -> float | None:
 
 def _seeds_recorded(c: Claim, recs: list[dict], method: str) -> set:
     """The seeds of ``method``'s records in the claim's cell: its setting, resource label and ``where``."""
-    return {r["run"]["run_config"]["seed"] for r in recs if r["run"]["method"] == method and r["run"]["run_config"]["setting"] == c.setting
+    return {r["run"]["run_config"]["seed"] for r in recs
+            if r["run"]["method"] == method and r["run"]["run_config"]["setting"] == c.setting
             and (r["run"].get("resource_label") or "-") == c.roc and has_fields(r, c.where)}
 
 

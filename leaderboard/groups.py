@@ -167,7 +167,8 @@ def _per_seed(task: str, metric: str, values: dict, what: str) -> dict:
 
 def build_section(task: str, metric: str, recs: Sequence[dict], scale: float = 1.0) -> Section:
     """Group the ok records of one task and metric. Quality values are multiplied by ``scale``."""
-    recs = sorted(recs, key=lambda r: (r["run"]["run_config"]["setting"], r["run"]["run_config"]["seed"], r["run"]["run_id"]))
+    recs = sorted(recs, key=lambda r: (r["run"]["run_config"]["setting"], r["run"]["run_config"]["seed"],
+                                       r["run"]["run_id"]))
     raw = [raw_variant(r) for r in recs]
     # Drop fields fixed by the setting: one value per setting in this table.
     keys = sorted({k for v in raw for k in v})
@@ -191,7 +192,8 @@ def build_section(task: str, metric: str, recs: Sequence[dict], scale: float = 1
         rk = row_of[id(r)]
         runs[rk].append(r)
         if r["results"]["final"] is not None:
-            pairs[(rk, r["run"]["run_config"]["setting"])].append((r["run"]["run_config"]["seed"], r["results"]["final"] * scale))
+            rc = r["run"]["run_config"]
+            pairs[(rk, rc["setting"])].append((rc["seed"], r["results"]["final"] * scale))
     sec = Section(task, metric, recs, rows, row_names(rows), settings,
                   cells=_per_seed(task, metric, pairs, "setting"), runs=dict(runs), varying=varying)
     sec._row_of = row_of
@@ -216,6 +218,7 @@ def worst_client_cells(sec: Section, scale: float = 1.0) -> tuple[list[RowKey], 
     recs = [r for r in sec.records if (r["results"].get("local") or {}).get("min") is not None]
     pairs: dict = defaultdict(list)
     for r in recs:
-        pairs[(sec.row_of(r), r["run"]["run_config"]["setting"])].append((r["run"]["run_config"]["seed"], r["results"]["local"]["min"] * scale))
+        rc = r["run"]["run_config"]
+        pairs[(sec.row_of(r), rc["setting"])].append((rc["seed"], r["results"]["local"]["min"] * scale))
     rows = sorted({sec.row_of(r) for r in recs})
     return rows, _per_seed(sec.task, sec.metric, pairs, "worst client, setting")

@@ -111,7 +111,8 @@ def _cost_notes(facts: dict) -> list[str]:
         "s/round = wall seconds per round without evaluation; Eval s/round = seconds of one evaluation "
         "(`run.eval_every` sets how often); Server TFLOPs / Server s = the server's extra work over the "
         "whole run.",
-        "Pareto ✓: within the row's group (its RoC in its budget), no other row is at least as good on both Avg and weakest-tier "
+        "Pareto ✓: within the row's group (its RoC in its budget), no other row is at least as good on both Avg and "
+        "weakest-tier "
         "TFLOPs/step and strictly better on one (rows without either are not compared). Like bold it compares "
         "means: a ✓ row need not beat the rows it dominates beyond their CIs.",
     ]

@@ -13,7 +13,8 @@ from fedbench.leaderboard.groups import RowKey, Section, show_value, weak_strong
 from fedbench.leaderboard.stats import PairedTest, ci_half_width, mean, paired_t_test, pareto_front
 
 __all__ = ["BUDGET_FIELDS", "COHORT_FIELDS", "COSTS", "FEDERATION_FIELDS", "PARETO_COST", "CellStat", "Cost",
-           "QualityTable", "budget", "budget_names", "cohort", "cohort_names", "ranked", "idle_weak_tier", "mem_sources", "weak_tier_idle", "pareto_rows",
+           "QualityTable", "budget", "budget_names", "cohort", "cohort_names", "idle_weak_tier", "mem_sources",
+           "pareto_rows", "ranked", "value_key", "weak_tier_idle",
            "quality_table", "row_costs"]
 
 

@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
     ex = sub.add_parser("export", help="the leaderboard tables as CSV and JSON")
     ex.add_argument("--records", default="results", help="records directory (default: results)")
-    ex.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
+    ex.add_argument("--out", help="output directory, never inside the records folder (default: beside it, "
+                    "<records>-export)")
     ex.add_argument("--per", choices=["cell", "run"], default="cell", help="one row per cell (default) or per run")
     from fedbench.runners.plan_args import add_parser as add_plan_parser
 

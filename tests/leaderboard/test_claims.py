@@ -380,7 +380,8 @@ def test_a_claim_not_run_names_the_records_at_another_budget():
     assert o.verdict == NOT_RUN
     assert o.elsewhere == "rounds=8 (e 3 seeds, f 3 seeds; A - B +10.00 ± 0.00); rounds=16 (e 1 seed)"
     text = render_claims([("p", "P", [o])], len(recs))
-    assert "no records pair the two methods in this setting at rounds=4; records exist at another budget: rounds=8" in text
+    assert ("no records pair the two methods in this setting at rounds=4; records exist at another budget: "
+            "rounds=8") in text
 
 
 def test_a_note_about_one_methods_row_appears_on_its_claims_only(tmp_path):
