@@ -76,14 +76,24 @@ def value_key(canon: str) -> tuple:
     return (2, 0.0, canon)
 
 
+def _order(fields: tuple) -> list:
+    """Sort key of ((field, canonical JSON value), ...): by each field's value, numbers by size."""
+    return [(k, value_key(v)) for k, v in fields]
+
+
+def _differing(groups: Sequence[tuple]) -> dict[tuple, str]:
+    """Each of ``groups`` (tuples of (field, canonical JSON value)) -> the fields that differ
+    between them, ``rounds=50, clients=10`` (``""`` when none differs)."""
+    fields = sorted({k for g in groups for k, _ in g})
+    differ = [k for k in fields if len({dict(g).get(k) for g in groups}) > 1]
+    return {g: ", ".join(f"{k}={show_value(dict(g)[k]) if k in dict(g) else '-'}" for k in differ) for g in groups}
+
+
 def budget_names(rows: Sequence[RowKey]) -> dict[tuple, str]:
     """Budget -> its name: the fields that differ between the budgets of ``rows``
     (``rounds=50``, ``clients=10, per_round=10, rounds=70``); ``""`` when all rows share one.
     In table order: by each field's value, numbers by size (``rounds=10`` before ``rounds=250``)."""
-    groups = sorted({budget(rk) for rk in rows}, key=lambda g: [(k, value_key(v)) for k, v in g])
-    fields = sorted({k for g in groups for k, _ in g})
-    differ = [k for k in fields if len({dict(g).get(k) for g in groups}) > 1]
-    return {g: ", ".join(f"{k}={show_value(dict(g)[k]) if k in dict(g) else '-'}" for k in differ) for g in groups}
+    return _differing(sorted({budget(rk) for rk in rows}, key=_order))
 
 
 def ranked(q: QualityTable, rows: Sequence[RowKey], *, lower_better: bool) -> list[RowKey]:
@@ -101,16 +111,12 @@ def ranked(q: QualityTable, rows: Sequence[RowKey], *, lower_better: bool) -> li
 
 
 def cohort_names(rows: Sequence[RowKey]) -> dict[tuple, str]:
-    """Cohort -> its name in the notes and plots: ``RoC <label>`` and the federation or
-    task fields that differ between the cohorts of ``rows`` (``RoC -, clients=10``)."""
-    groups = sorted({cohort(rk) for rk in rows})
-    fields = sorted({k for g in groups for k, _ in g[1:]})
-    differ = [k for k in fields if len({dict(g[1:]).get(k) for g in groups}) > 1]
-    names = {}
-    for g in groups:
-        d = dict(g[1:])
-        names[g] = ", ".join([f"RoC {g[0]}"] + [f"{k}={show_value(d[k]) if k in d else '-'}" for k in differ])
-    return names
+    """Cohort -> its name in the plots: ``RoC <label>`` and the federation, budget or task
+    fields that differ between the cohorts of ``rows`` (``RoC -, clients=10, rounds=70``); in
+    order: by label, then by each field's value (numbers by size)."""
+    groups = sorted({cohort(rk) for rk in rows}, key=lambda g: (g[0], _order(g[1:])))
+    rest = _differing([g[1:] for g in groups])
+    return {g: ", ".join([f"RoC {g[0]}"] + ([rest[g[1:]]] if rest[g[1:]] else [])) for g in groups}
 
 
 def quality_table(rows: Sequence[RowKey], columns: Sequence[str], values: dict, *, lower_better: bool,
