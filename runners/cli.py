@@ -68,8 +68,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedbench.version import __version__
+
     p = _Parser(prog="fedbench", description="Benchmark suite for heterogeneous federated PEFT")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    p.add_argument("--version", action="version", version=f"fedbench {__version__}",
+                   help="print the suite's version (the one every record it writes names) and exit")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     ls = sub.add_parser("list", help="list methods and tasks with one-line descriptions")
     ls.add_argument("what", nargs="?", choices=["methods", "tasks", "run", "all"], default="all")
