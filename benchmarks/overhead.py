@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's code, not an installed copy
 
-from fedbench.runners.experiment import Experiment  # noqa: E402
+from fedbench.runners.core.experiment import Experiment  # noqa: E402
 
 TINY = ("tiny_text", {"clients": 100, "per_round": 10, "max_steps": 1, "rounds": 10}, {})  # the one measured step amortises as in a real run
 MINILM = ("ledgar", {"clients": 20, "per_round": 5, "max_steps": 2, "rounds": 2}, {"model": "minilm-l6", "seq_len": 32})

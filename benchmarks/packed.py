@@ -31,7 +31,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's code, not an installed copy
 
-from fedbench.runners.experiment import Experiment  # noqa: E402
+from fedbench.runners.core.experiment import Experiment  # noqa: E402
 
 
 class _Timed(Experiment):

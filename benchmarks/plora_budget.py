@@ -27,7 +27,7 @@ import tempfile
 
 import numpy as np
 
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 
 TASK = {"n_train": 800, "n_test": 200, "depth": 6, "width": 48, "label": "keyword", "n_classes": 6, "keywords": 2,
         "vocab_size": 256}

@@ -57,7 +57,7 @@ def busy(out: Path, wall: float) -> str:
 
 
 def sweep(args: list[str]) -> float:
-    from fedbench.runners.cli import main
+    from fedbench.runners.cli.cli import main
 
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()) as buf:
@@ -79,7 +79,7 @@ def main() -> None:
     a = ap.parse_args()
     import ray
 
-    from fedbench.runners.experiment import Experiment
+    from fedbench.runners.core.experiment import Experiment
 
     print(f"before: {load()} on {os.cpu_count()} cores; ray {ray.__version__}")
     tmp = Path(tempfile.mkdtemp(prefix="ray_speedup_"))
@@ -97,7 +97,7 @@ def main() -> None:
     print(f"sweep, 8 runs, --workers 2:               {t2:7.1f} s  ({busy(tmp / 'w2', t2)})")
     print(f"speed-up --workers 2 vs --workers 1:      {t1 / t2:7.2f}x  (vs in-process: {t_seq / t2:.2f}x)")
 
-    from fedbench.runners.summary import PROCESS_MEASURES
+    from fedbench.runners.outputs.summary import PROCESS_MEASURES
 
     recs = {}
     for runner in ("local", "ray"):

@@ -20,8 +20,8 @@ import argparse
 import numpy as np
 
 from fedbench.methods.base import ClientPlan
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.worker import ClientJob
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.executors.worker import ClientJob
 
 
 def client_step(runner: Experiment, layers, blocks=None):

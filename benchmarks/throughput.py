@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's code, not an installed copy
 
-from fedbench.runners.executor import EXECUTORS  # noqa: E402
-from fedbench.runners.experiment import Experiment  # noqa: E402
+from fedbench.runners.executors.executor import EXECUTORS  # noqa: E402
+from fedbench.runners.core.experiment import Experiment  # noqa: E402
 
 
 def run_once(method: str, task: str, run: dict, task_cfg: dict, out: str, data=None) -> tuple[dict, Experiment]:

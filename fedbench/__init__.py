@@ -2,12 +2,12 @@
 
 Import names live under ``fedbench.*``: ``fedbench.methods``, ``fedbench.tasks``,
 ``fedbench.runners`` and ``fedbench.leaderboard`` map to the top-level folders of the
-repository (see ``setup.py``); this folder holds the small shared core (registries,
+repository (``[tool.setuptools] package-dir`` in ``pyproject.toml``); this folder holds the small shared core (registries,
 typed configs, the record schema, errors) and the Python API::
 
     import fedbench
     rec = fedbench.run("fed_hello", "tiny_text", roc="6:3:1", rounds=3)
-    recs = fedbench.sweep("benchmarks/smoke.yaml")
+    recs = fedbench.sweep("benchmarks/tiny_sweep.yaml")
 
 ``fedbench.run``, ``fedbench.sweep`` and ``fedbench.Callback`` are imported on first use,
 so ``import fedbench`` stays light.
@@ -24,7 +24,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "Callback":
-        from fedbench.runners.callbacks import Callback
+        from fedbench.runners.outputs.callbacks import Callback
 
         return Callback
     raise AttributeError(f"module 'fedbench' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 import sys
 
-from fedbench.runners.cli import main
+from fedbench.runners.cli.cli import main
 
 sys.exit(main())

@@ -23,12 +23,12 @@ def run(method: str, task: str, *, method_config: Mapping[str, Any] | None = Non
         force: bool = False, **fields: Any) -> dict:
     """Run ``method`` on ``task`` and return its result record (a dict, the schema of
     :mod:`fedbench.schema`); the record is also written under ``out`` (default
-    ``results``). ``callbacks``: :class:`~fedbench.runners.callbacks.Callback` objects (a
+    ``results``). ``callbacks``: :class:`~fedbench.runners.outputs.callbacks.Callback` objects (a
     logger, a tracker) that see every round; the built-in trackers and the saved model are
     run fields like any other: ``log=["tensorboard"]``, ``save_model=True``."""
     from fedbench.records import is_finished, prepare_out_dir, read_record_file
-    from fedbench.runners.launch import execute
-    from fedbench.runners.spec import build_spec
+    from fedbench.runners.cli.launch import execute
+    from fedbench.runners.core.spec import build_spec
 
     spec = build_spec(method, task, fields, method_config, task_config)
     prepare_out_dir(spec.run.out)
@@ -43,8 +43,8 @@ def sweep(preset: str, *, out: str | None = None, progress: bool = False) -> lis
     """Run every run of the sweep ``preset`` (a YAML file, as ``fedbench sweep``) that has
     no finished record, one after another; returns every run's record, in preset order."""
     from fedbench.records import is_finished, prepare_out_dir, read_record_file
-    from fedbench.runners.launch import execute
-    from fedbench.runners.sweep import load_sweep
+    from fedbench.runners.cli.launch import execute
+    from fedbench.runners.core.sweep import load_sweep
 
     runs = load_sweep(preset, out=out)
     for d in dict.fromkeys(r.spec.run.out for r in runs):

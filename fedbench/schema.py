@@ -154,7 +154,7 @@ _SCHEMA = _Obj({
         "executor_placement": _Opt(_ListOf(_MapOf(_ListOf(INT)))),
         "executor_clients": _Opt(_MapOf(INT)),
         "method_layout": _Opt(DICT),  # Method.layout(): e.g. DepthFL's exits_after_blocks (1-based)
-        # run.save_model: the files saved beside the record, relative to its folder (runners/saving.py):
+        # run.save_model: the files saved beside the record, relative to its folder (runners/outputs/saving.py):
         # the global LoRA + head as a peft adapter folder, the other global tensors (safetensors),
         # each client's private part (locally evaluated methods); null when nothing was saved
         # run.devices: the device mix, each class's figures (with its source), each client's class, and each

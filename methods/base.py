@@ -1,7 +1,7 @@
 """Method interface: a frozen config dataclass (:class:`MethodConfig`) and the hooks of
 :class:`Method` (its docstring lists every hook and class flag), plus what they exchange
 with the runner: plans, phases, updates, traffic, the global state and the context.
-Local training is one shared loop (:mod:`fedbench.runners.train`) that calls the hooks;
+Local training is one shared loop (:mod:`fedbench.runners.executors.train`) that calls the hooks;
 aggregation rules are pure functions (:mod:`fedbench.methods.aggregation`).
 
 Methods never know which runner runs them. Cross-round state (FIM scores, momentum
@@ -47,7 +47,7 @@ class MethodConfig:
 
 @dataclass(frozen=True)
 class ClientProfile:
-    """A client's resource budget this round (see :mod:`fedbench.runners.tiers`)."""
+    """A client's resource budget this round (see :mod:`fedbench.runners.core.tiers`)."""
 
     client: int
     tier: int
@@ -88,7 +88,7 @@ class LocalPhase:
     epochs (None = the run's ``local_epochs``). ``name`` reaches ``client_loss``.
     ``lr_scale``: the factor on the run's learning rate that this phase's optimizer is to
     use (1 = the run's; FFA-LoRA asks for its own, larger rate). The shared loop
-    (``runners/train.py``) does not apply it yet: until it does, every phase trains at the
+    (``runners/executors/train.py``) does not apply it yet: until it does, every phase trains at the
     run's rate (``tests/methods/test_ffa_lora.py`` holds the strict xfail that says so)."""
 
     name: str
@@ -130,7 +130,7 @@ class MethodState:
 
 class ServerAPI:
     """Server-side tools a method may use, behind a typed interface (the runner provides
-    the implementation, :class:`fedbench.runners.server.ServerTools`; methods never see
+    the implementation, :class:`fedbench.runners.core.server.ServerTools`; methods never see
     the runner's model). Work done inside ``metered()`` is recorded as server cost."""
 
     def metered(self) -> ContextManager[None]:

@@ -4,7 +4,7 @@ All from Fed-HeLLo (Zhang et al., papers/fed_hello.txt, Sec. IV-A), the setting 
 benchmark reproduces: LoRA rank 16 for classification and 8 for instruction tuning; the
 rank-heterogeneous baselines' tier ranks 1/4/16 and 1/1/8 (so the largest tier's rank is
 that LoRA rank); the co-design's T_RGD / T_FIM = 50 / 50 and 1 / 2. Readers:
-:func:`fedbench.runners.tiers.tier_ranks_for` (``run.tier_ranks`` None), the rank methods'
+:func:`fedbench.runners.core.tiers.tier_ranks_for` (``run.tier_ranks`` None), the rank methods'
 r_max (:mod:`fedbench.methods.rank_hetero`, ``lora_r`` None) and Fed-HeLLo's rank and
 schedule (:mod:`fedbench.methods.fed_hello`). A task kind not in the table gets the
 classification row.

@@ -205,7 +205,7 @@ def to_device(batch: Any, device: torch.device) -> Any:
 @dataclass(frozen=True)
 class RunDefaults:
     """A task's paper setting for the run fields a user leaves unset (``None`` in
-    :class:`~fedbench.configs.RunConfig`); :func:`~fedbench.runners.spec.build_spec` fills
+    :class:`~fedbench.configs.RunConfig`); :func:`~fedbench.runners.core.spec.build_spec` fills
     them in."""
 
     clients: int = 10

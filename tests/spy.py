@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from fedbench.runners.executor import EXECUTORS, LocalExecutor
+from fedbench.runners.executors.executor import EXECUTORS, LocalExecutor
 
 
 class SpyExecutor(LocalExecutor):

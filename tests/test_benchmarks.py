@@ -5,7 +5,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"

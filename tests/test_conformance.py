@@ -6,7 +6,7 @@ import math
 import pytest
 
 from fedbench.methods import METHODS
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from fedbench.records import validate_record
 from fedbench.tasks import TASKS
 

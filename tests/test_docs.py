@@ -19,7 +19,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "docs" / "examples"
 #: what a build reads: the config, the pages and hooks, the code, the included files
-SITE_SOURCES = ("mkdocs.yml", "setup.py", "CHANGELOG.md", "docs", "fedbench", "methods", "tasks", "runners",
+SITE_SOURCES = ("mkdocs.yml", "pyproject.toml", "CHANGELOG.md", "docs", "fedbench", "methods", "tasks", "runners",
                 "leaderboard", "tests/fixtures/plugin")
 
 
@@ -56,14 +56,14 @@ def test_site_builds_strict_with_the_api_reference(tmp_path):
 
 def test_a_docstring_naming_a_missing_object_fails_the_build(tmp_path):
     root = copy_sources(tmp_path / "src")
-    target = root / "runners" / "callbacks.py"
+    target = root / "runners" / "outputs" / "callbacks.py"
     text = target.read_text(encoding="utf-8")
-    assert ":class:`~fedbench.runners.state.RunState`" in text
-    target.write_text(text.replace(":class:`~fedbench.runners.state.RunState`",
-                                   ":class:`~fedbench.runners.state.RunStat`", 1), encoding="utf-8")
+    assert ":class:`~fedbench.runners.core.state.RunState`" in text
+    target.write_text(text.replace(":class:`~fedbench.runners.core.state.RunState`",
+                                   ":class:`~fedbench.runners.core.state.RunStat`", 1), encoding="utf-8")
     p = build(root, tmp_path / "site")
     assert p.returncode != 0
-    assert "fedbench.runners.state.RunStat" in p.stderr and "does not exist" in p.stderr
+    assert "fedbench.runners.core.state.RunStat" in p.stderr and "does not exist" in p.stderr
 
 
 def test_a_reference_page_naming_a_missing_module_fails_the_build(tmp_path):
@@ -137,7 +137,7 @@ def test_example_task_refuses_a_data_dir(load_example):
 
 
 def test_tutorial_sweep_preset_is_nine_runs():
-    from fedbench.runners.sweep import load_sweep
+    from fedbench.runners.core.sweep import load_sweep
 
     runs = load_sweep(EXAMPLES / "my_sweep.yaml", out="unused")
     assert [(r.spec.method, r.spec.run.seed) for r in runs] == [

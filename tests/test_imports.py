@@ -16,7 +16,7 @@ def test_registries_import_no_heavy_libraries():
 
 
 def test_cli_list_imports_no_heavy_libraries():
-    code = ("import io, contextlib, json, sys; from fedbench.runners.cli import main; "
+    code = ("import io, contextlib, json, sys; from fedbench.runners.cli.cli import main; "
             "buf = io.StringIO(); contextlib.redirect_stdout(buf).__enter__(); main(['list', '--fields']); "
             f"sys.stderr.write(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -29,7 +29,7 @@ def test_list_from_cache_is_the_same_and_skips_torch(tmp_path):
     import os
 
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    code = ("import sys; from fedbench.runners.cli import main; main(['list', '--fields']); "
+    code = ("import sys; from fedbench.runners.cli.cli import main; main(['list', '--fields']); "
             "sys.stderr.write('torch' if 'torch' in sys.modules else 'no torch')")
 
     def run(**extra):

@@ -61,7 +61,7 @@ from fedbench.methods.baselines import FedAvg
 from fedbench.methods.base import ClientPlan, LocalPhase
 from fedbench.methods.fedsa_lora import FedSALoRA
 from fedbench.methods.own_model import Standalone
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from smoke import one_per_family
 from test_conformance import LEARN_CASES, LEARN_DATA, task_config_for
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.seeds import rng_for
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.core.seeds import rng_for
 from smoke import SMALL_TASK_CONFIGS
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def sampled(seed: int, rnd: int, n_clients: int, per_round: int) -> list[int]:
-    """Round ``rnd``'s sampled clients as the round loop draws them (runners/rounds.py)."""
+    """Round ``rnd``'s sampled clients as the round loop draws them (runners/core/rounds.py)."""
     return sorted(int(c) for c in rng_for(seed, "sample", rnd).choice(n_clients, size=per_round, replace=False))
 
 

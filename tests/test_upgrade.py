@@ -113,7 +113,7 @@ def test_run_ids_of_committed_records_recompute_unchanged():
     calibration records and the first leaderboard records were written under earlier rules.)"""
     from fedbench.config import RUNTIME, field_specs
     from fedbench.configs import RunConfig
-    from fedbench.runners.spec import build_spec
+    from fedbench.runners.core.spec import build_spec
     from fedbench.tasks import TASKS
 
     roles = {s.name: s.role for s in field_specs(RunConfig)}
@@ -133,7 +133,7 @@ def test_run_ids_of_committed_records_recompute_unchanged():
 
 def test_a_method_version_from_2_on_changes_the_run_id(monkeypatch):
     from fedbench.methods import METHODS
-    from fedbench.runners.spec import build_spec
+    from fedbench.runners.core.spec import build_spec
 
     before = build_spec("fedavg", "tiny_text", {"rounds": 2}).run_id
     cls = METHODS.get("fedavg")
@@ -145,7 +145,7 @@ def test_a_method_version_from_2_on_changes_the_run_id(monkeypatch):
 
 def test_a_new_record_holds_each_run_field_once_and_three_versions(tmp_path):
     from fedbench.methods import METHODS
-    from fedbench.runners.spec import build_spec
+    from fedbench.runners.core.spec import build_spec
 
     kw = dict(rounds=1, clients=2, out=str(tmp_path), task_config=SMALL_TASK_CONFIGS["tiny_text"])
     rec = fedbench.run("fedavg", "tiny_text", **kw)

@@ -1,7 +1,7 @@
 """MkDocs hook: let mkdocstrings read the code under its import names, without moving it.
 
 The import names live under ``fedbench.*`` while the code sits in top-level folders
-(``methods/`` is ``fedbench.methods``, ...: the ``ROOTS`` mapping of ``setup.py``). griffe,
+(``methods/`` is ``fedbench.methods``, ...: ``[tool.setuptools] package-dir`` of ``pyproject.toml``). griffe,
 mkdocstrings' Python reader, finds a module by walking folders from a search path, so it
 would look for ``fedbench.methods`` in ``fedbench/methods/``. This hook builds, once per
 process, a temporary folder in the import layout made of symbolic links (``fedbench/``
@@ -12,7 +12,6 @@ imported), so the reference shows the source as it is.
 
 from __future__ import annotations
 
-import ast
 import atexit
 import shutil
 import tempfile
@@ -23,12 +22,16 @@ from mkdocs.plugins import event_priority
 _LAYOUT: Path | None = None  # the folder of this process (``mkdocs serve`` rebuilds reuse it)
 
 
-def package_roots(setup_py: Path) -> dict[str, str]:
-    """The ``ROOTS`` dict of ``setup.py`` (import name -> folder), read without running it."""
-    for node in ast.parse(setup_py.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ROOTS" for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise RuntimeError(f"{setup_py} defines no ROOTS mapping")
+def package_roots(pyproject: Path) -> dict[str, str]:
+    """``[tool.setuptools] package-dir`` of ``pyproject.toml`` (import name -> folder)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    roots = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]["package-dir"]
+    if not roots:
+        raise RuntimeError(f"{pyproject} declares no package-dir mapping")
+    return roots
 
 
 def build_layout(repo: Path, roots: dict[str, str], into: Path) -> None:
@@ -51,7 +54,7 @@ def on_config(config):
     if _LAYOUT is None:
         _LAYOUT = Path(tempfile.mkdtemp(prefix="fedbench-docs-"))
         atexit.register(shutil.rmtree, _LAYOUT, ignore_errors=True)
-        build_layout(repo, package_roots(repo / "setup.py"), _LAYOUT)
+        build_layout(repo, package_roots(repo / "pyproject.toml"), _LAYOUT)
     python = config.plugins["mkdocstrings"].config.handlers.setdefault("python", {})
     paths = python.setdefault("paths", [])
     if str(_LAYOUT) not in paths:

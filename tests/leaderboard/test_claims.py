@@ -16,7 +16,7 @@ from fedbench.leaderboard.claims_report import (INCONCLUSIVE, NOT_AT_SIZE, NOT_R
 from fedbench.leaderboard.flatness import flatness
 from fedbench.leaderboard.stats import t_quantile_975
 from fedbench.records import load_records
-from fedbench.runners.cli import main
+from fedbench.runners.cli.cli import main
 
 ROOT = Path(__file__).resolve().parents[2] / "leaderboard"
 
@@ -313,7 +313,7 @@ def test_each_claims_command_selects_its_cell_from_its_preset(paper):
     import shlex
 
     from fedbench.leaderboard.claims import load_claims
-    from fedbench.runners.sweep import load_sweep, select
+    from fedbench.runners.core.sweep import load_sweep, select
 
     repo = ROOT.parent
     presets: dict = {}  # path -> its runs (built once)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fedbench.leaderboard.compare import compare, holm, render_comparisons
-from fedbench.runners.cli import main
+from fedbench.runners.cli.cli import main
 
 from .test_generate import make
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedbench.leaderboard.export import task_rows
-from fedbench.runners.cli import build_parser, main
+from fedbench.runners.cli.cli import build_parser, main
 from fedbench.records import load_records
 
 RECORDS = Path(__file__).parent / "fixtures" / "records"

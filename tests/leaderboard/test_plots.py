@@ -16,7 +16,7 @@ from fedbench.leaderboard.plot_costs import weak_front
 from fedbench.leaderboard.plot_style import PALETTE, row_colours, style_names
 from fedbench.leaderboard.sections import ok_sections
 from fedbench.records import load_records
-from fedbench.runners.cli import main
+from fedbench.runners.cli.cli import main
 
 from .test_generate import make
 from .test_notes import tiered_record

@@ -16,7 +16,7 @@ import pytest
 
 from fedbench.leaderboard.compare import compare
 from fedbench.leaderboard.generate import render_task
-from fedbench.runners.cli import main
+from fedbench.runners.cli.cli import main
 
 from .test_generate import make, table_rows
 from .test_groups import with_config

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from fedbench.methods.base import ClientProfile, MethodContext
-from fedbench.runners.adapters import AdapterModel
+from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.tasks.base import ModelBundle
 
 

@@ -11,8 +11,8 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState
 from fedbench.methods.depth_hetero import DepthFL, DepthFLConfig, depthfl_loss, exit_blocks, kd_weight
-from fedbench.runners.evaluation import Evaluator
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.evaluation import Evaluator
+from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, TaskConfig
 
 

@@ -370,7 +370,7 @@ def test_end_to_end_tiny_text_costs_differ_by_tier(tmp_path):
     """A tiny co-design run: the proxy set is recorded, the FIM pass is server cost, and real
     freezing makes backward FLOPs and accounted memory grow with the tier's budget, while the
     forward (full depth for everyone) costs the same."""
-    from fedbench.runners.experiment import Experiment
+    from fedbench.runners.core.experiment import Experiment
 
     rec, _ = Experiment(
         "fed_hello", "tiny_text",

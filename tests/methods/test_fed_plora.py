@@ -8,8 +8,8 @@ from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, tensor_bytes
 from fedbench.methods.fed_plora import SLOTS, FedPLoRA, FedPLoRAConfig
 from fedbench.methods.rank_hetero import base_key
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.train import adapter_for
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.executors.train import adapter_for
 from smoke import SMALL_TASK_CONFIGS
 
 M = "blocks.0.fc"

@@ -9,8 +9,8 @@ from fedbench.methods import METHODS
 from fedbench.methods.aggregation import sign_gradient_factors
 from fedbench.methods.base import ClientUpdate, tensor_bytes
 from fedbench.methods.fed_sb import GRAD_SFX, INIT, QUOTA, FedSB, FedSBConfig
-from fedbench.runners.callbacks import Callback
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.outputs.callbacks import Callback
+from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
 
 M = "blocks.0.fc"

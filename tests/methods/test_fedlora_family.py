@@ -15,11 +15,11 @@ from fedbench.methods import METHODS
 from fedbench.methods.base import ClientPlan, ClientUpdate, MethodContext, MethodState
 from fedbench.methods.personalised import assign_arch
 from fedbench.methods.fedlora import default_rank
-from fedbench.runners.state import RoundLog
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.meters import ClientCost
+from fedbench.runners.core.state import RoundLog
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.cost.meters import ClientCost
 from fedbench.records import validate_record
-from fedbench.runners.summary import target_section
+from fedbench.runners.outputs.summary import target_section
 
 FAMILY = ("fedlora", "standalone", "lg_fedavg", "fml", "fedkd", "fd", "fedproto")
 TASK = {"model": "cnn", "n_train_per_domain": 24, "n_test_per_domain": 8}
@@ -233,7 +233,7 @@ def test_target_section_counts_cost_until_the_first_round_reaching_it():
 # ------------------------------------------------------------------ presets
 @pytest.mark.parametrize("preset", ["fedlora_cifar10.yaml", "fedlora_cifar100.yaml", "fedlora_fmnist_cpu.yaml"])
 def test_presets_validate(preset):
-    from fedbench.runners.sweep import load_sweep
+    from fedbench.runners.core.sweep import load_sweep
 
     import yaml
 

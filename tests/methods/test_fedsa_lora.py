@@ -7,8 +7,8 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, tensor_bytes
 from fedbench.methods.fedsa_lora import FedSALoRA, FedSALoRAConfig
-from fedbench.runners.callbacks import Callback
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.outputs.callbacks import Callback
+from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
 
 A0, B0 = "blocks.0.fc.lora_A.weight", "blocks.0.fc.lora_B.weight"

@@ -7,7 +7,7 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, tensor_bytes
 from fedbench.methods.ffa_lora import FFA_LR_SCALE, FFALoRA, FFALoRAConfig
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
 
 M = "blocks.0.fc"

@@ -8,7 +8,7 @@ from fedbench.methods.base import ClientUpdate
 from fedbench.methods.flexlora import FlexLoRA
 from fedbench.methods.rank_hetero import RankConfig, base_key
 from fedbench.methods.base import tensor_bytes
-from fedbench.runners.train import adapter_for
+from fedbench.runners.executors.train import adapter_for
 
 M = "blocks.0.fc"
 A0, B0 = M + ".lora_A.weight", M + ".lora_B.weight"

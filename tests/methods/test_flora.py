@@ -9,7 +9,7 @@ from fedbench.methods.base import ClientUpdate, MethodState, Traffic, tensor_byt
 from fedbench.methods.flora import FLoRA
 from fedbench.methods.aggregation import stack_lora
 from fedbench.methods.rank_hetero import RankConfig, base_key
-from fedbench.runners.train import adapter_for
+from fedbench.runners.executors.train import adapter_for
 
 M = "blocks.1.fc"
 A1, B1, W1 = M + ".lora_A.weight", M + ".lora_B.weight", M + ".base_layer.weight"
@@ -125,7 +125,7 @@ def test_traffic_headline_is_the_stack_and_merged_weights_are_the_alternative(ti
 
 
 def test_record_has_both_traffic_counts(tmp_path):
-    from fedbench.runners.experiment import Experiment
+    from fedbench.runners.core.experiment import Experiment
     from smoke import SMALL_TASK_CONFIGS
 
     rec, _ = Experiment("flora", "tiny_text", dict(rounds=2, clients=3, per_round=3, roc="1:1:1", out=str(tmp_path)),

@@ -8,7 +8,7 @@ from fedbench.errors import UserError
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState
 from fedbench.methods.hetlora import HetLoRA, HetLoRAConfig
-from fedbench.runners.train import adapter_for
+from fedbench.runners.executors.train import adapter_for
 
 A0, B0 = "blocks.0.fc.lora_A.weight", "blocks.0.fc.lora_B.weight"
 

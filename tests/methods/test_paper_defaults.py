@@ -6,7 +6,7 @@ import pytest
 from fedbench.methods.fed_hello import FedHello, FedHelloConfig
 from fedbench.methods.paper_defaults import PAPER_DEFAULTS, paper_defaults
 from fedbench.methods.rank_hetero import RankConfig, RankMethod
-from fedbench.runners.tiers import tier_ranks_for
+from fedbench.runners.core.tiers import tier_ranks_for
 
 
 def test_fed_hello_sec_iv_a_values():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbench.runners.sweep import load_sweep
+from fedbench.runners.core.sweep import load_sweep
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 NEW = {"fed_plora", "raflora", "hlora", "ffa_lora", "fedex_lora", "lora_fair", "fedsa_lora", "fed_sb"}

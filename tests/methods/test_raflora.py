@@ -8,7 +8,7 @@ from fedbench.methods import METHODS
 from fedbench.methods.aggregation import balanced_factors, rank_partition_update
 from fedbench.methods.base import ClientUpdate
 from fedbench.methods.raflora import HLoRA, HLoRAConfig, RaFLoRA, RaFLoRAConfig
-from fedbench.runners.train import adapter_for
+from fedbench.runners.executors.train import adapter_for
 
 M = "blocks.0.fc"
 A0, B0 = M + ".lora_A.weight", M + ".lora_B.weight"

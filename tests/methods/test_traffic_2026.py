@@ -16,7 +16,7 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientProfile, ClientUpdate, MethodContext, tensor_bytes
 from fedbench.methods.fed_sb import GRAD_SFX, INIT
-from fedbench.runners.adapters import AdapterModel
+from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.tasks.base import ModelBundle
 
 L, R, N = 24, 8, 3  # adapted matrices (12 layers x q, v), rank, clients per round

@@ -1,15 +1,15 @@
-"""Allocation from a device budget (runners/budget.py) and --devices runs (runners/simtime.py)."""
+"""Allocation from a device budget (runners/budget/allocation.py) and --devices runs (runners/budget/simtime.py)."""
 
 import pytest
 
 from fedbench.errors import UserError
 from fedbench.methods.base import ClientPlan
-from fedbench.runners.budget import Planner, allocate_devices, first_fit, ladder, lowest_placement
-from fedbench.runners.devices import Device
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.simtime import probe_setup
-from fedbench.runners.state import RoundLog
-from fedbench.runners.summary import target_section
+from fedbench.runners.budget.allocation import Planner, allocate_devices, first_fit, ladder, lowest_placement
+from fedbench.runners.budget.devices import Device
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.budget.simtime import probe_setup
+from fedbench.runners.core.state import RoundLog
+from fedbench.runners.outputs.summary import target_section
 
 from smoke import SMALL_TASK_CONFIGS
 

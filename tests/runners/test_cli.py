@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fedbench.runners.cli import main
+from fedbench.runners.cli.cli import main
 
 from smoke import SMALL_TASK_CONFIGS
 
@@ -87,7 +87,7 @@ def test_yaml_config_and_set_precedence(tmp_path, capsys):
 def test_no_progress_also_quiets_library_bars(monkeypatch):
     from transformers.utils import logging as hf_logging
 
-    from fedbench.runners.launch import quiet_library_bars
+    from fedbench.runners.cli.launch import quiet_library_bars
 
     monkeypatch.setenv("TQDM_DISABLE", "0")  # setenv records the old state, so teardown restores it
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")

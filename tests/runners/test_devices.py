@@ -1,11 +1,11 @@
-"""Device catalogue, --devices parsing and the simulated clock (runners/devices.py, simtime.py)."""
+"""Device catalogue, --devices parsing and the simulated clock (runners/budget/devices.py, simtime.py)."""
 
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.runners.devices import Device, client_seconds, load_catalog, parse_devices
-from fedbench.runners.meters import ClientCost
-from fedbench.runners.simtime import SimClock
+from fedbench.runners.budget.devices import Device, client_seconds, load_catalog, parse_devices
+from fedbench.runners.cost.meters import ClientCost
+from fedbench.runners.budget.simtime import SimClock
 
 CAT = {n: Device(n, g, {"fp32": 1.0}, 4.0, 8.0, "test") for n, g in (("a", 1.0), ("b", 2.0), ("c", 4.0))}
 

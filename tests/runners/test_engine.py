@@ -14,7 +14,7 @@ from spy import spying
 from fedbench.methods import METHODS
 from fedbench.methods.aggregation import weighted_mean_by_key
 from fedbench.methods.base import ClientPlan, LocalPhase, Method, MethodState, extra_module
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks import TASKS
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskData
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fedbench.configs import eval_period
-from fedbench.runners.cli import main
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.spec import build_spec
+from fedbench.runners.cli.cli import main
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.core.spec import build_spec
 from fedbench.tasks.tiny import TinyText
 
 from smoke import SMALL_TASK_CONFIGS

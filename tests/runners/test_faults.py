@@ -9,7 +9,7 @@ import sys
 import time
 
 from fedbench.errors import UserError
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 
 RUN = dict(clients=4, per_round=2, seed=0)
 
@@ -56,7 +56,7 @@ def test_bad_data_found_while_training_is_a_failed_record(tmp_path, monkeypatch)
 def test_a_failure_while_setting_up_still_writes_a_valid_record(tmp_path, monkeypatch):
     """A bug hit half-way through set-up (here: building the server tools, after the
     partition and the tiers) leaves a `failed` record with what was set up."""
-    from fedbench.runners import experiment
+    from fedbench.runners.core import experiment
     from fedbench.records import validate_record
 
     def broken(*args, **kwargs):

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from fedbench import records
-from fedbench.runners import checkpoint
-from fedbench.runners.cli import main
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.outputs import checkpoint
+from fedbench.runners.cli.cli import main
+from fedbench.runners.core.experiment import Experiment
 
 from smoke import SMALL_TASK_CONFIGS
 
@@ -58,7 +58,7 @@ def test_a_failed_forced_rerun_never_replaces_the_ok_record(tmp_path, monkeypatc
     def boom(*a, **k):
         raise RuntimeError("injected failure in training")
 
-    monkeypatch.setattr("fedbench.runners.worker.train_client", boom)
+    monkeypatch.setattr("fedbench.runners.executors.worker.train_client", boom)
     assert main(_argv(tmp_path, "--force")) == 1
     assert path.read_bytes() == before  # the finished record is untouched ...
     failed = json.loads(path.with_suffix(".failed.json").read_text())  # ... the failed one lies beside it
@@ -128,7 +128,7 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(content
 def test_no_bytes_in_a_checkpoint_file_fail_the_run(tmp_path):
     """Random bytes raise whatever the unpickler trips on (IndexError, UnicodeDecodeError, ...;
     CI once drew an IndexError): every one is an unreadable checkpoint, none a failed run."""
-    from fedbench.runners.store import ClientStore
+    from fedbench.runners.core.store import ClientStore
 
     store = ClientStore(tmp_path / "clients", budget_bytes=10**6)
     rng = random.Random(1)

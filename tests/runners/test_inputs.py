@@ -6,7 +6,7 @@ that got as far as building a model would not pass.
 
 import pytest
 
-from fedbench.runners.cli import main
+from fedbench.runners.cli.cli import main
 
 from smoke import SMALL_TASK_CONFIGS
 
@@ -100,7 +100,7 @@ def test_set_values_are_parsed_by_the_fields_type(tmp_path):
     """Not YAML 1.1: ``roc=6:3:1`` stays a ratio (not the sexagesimal 21781), ``seed=010``
     is ten (not octal 8), as on the command line."""
     from fedbench.config import parse_overrides
-    from fedbench.runners.spec import build_spec
+    from fedbench.runners.core.spec import build_spec
 
     over = parse_overrides(["roc=6:3:1", "seed=010", "task.n_train=0300", "method.lora_r=08"])
     spec = build_spec("fedra", "tiny_text", {**over["run"], "out": str(tmp_path)}, over["method"], over["task"])
@@ -222,7 +222,7 @@ def test_sweep_out_under_a_file(capsys, tmp_path):
 
 
 def test_corrupt_record_is_a_warning_and_not_done(capsys, tmp_path):
-    from fedbench.runners.experiment import Experiment
+    from fedbench.runners.core.experiment import Experiment
 
     out = tmp_path / "res"
     preset = tmp_path / "p.yaml"
@@ -239,7 +239,7 @@ def test_corrupt_record_is_a_warning_and_not_done(capsys, tmp_path):
 
 
 def test_labels_name_everything_that_differs():
-    from fedbench.runners.sweep import expand_sweep, run_labels
+    from fedbench.runners.core.sweep import expand_sweep, run_labels
 
     runs = expand_sweep({"task": "tiny_text", "methods": ["fedavg", "fedra"], "seeds": [0],
                          "resources": [{"roc": "6:3:1", "lr": 0.01}, {"roc": "6:3:1", "lr": 0.1}],

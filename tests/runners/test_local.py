@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from fedbench.errors import UserError
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from fedbench.records import validate_record
-from fedbench.runners.tiers import TierAssigner, largest_remainder, parse_roc
+from fedbench.runners.core.tiers import TierAssigner, largest_remainder, parse_roc
 from fedbench.tasks.tiny import TinyText
 
 from smoke import SMALL_TASK_CONFIGS
@@ -73,8 +73,8 @@ def test_one_backbone_shared_by_all_clients(tmp_path):
     r.setup()
     base = {n: p for n, p in r.am.model.named_parameters() if "lora_" not in n and "classifier" not in n}
     before = {n: (p.data_ptr(), p.detach().clone()) for n, p in base.items()}
-    from fedbench.runners.rounds import run_round
-    from fedbench.runners.state import RunState
+    from fedbench.runners.core.rounds import run_round
+    from fedbench.runners.core.state import RunState
 
     loop = r.make_loop(r.make_executor(), r.record_path().with_suffix(".ckpt"))
     run_round(loop, 1, RunState(r.method.init_state(r.am.read(r.am.all_keys))))

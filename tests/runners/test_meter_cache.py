@@ -3,8 +3,10 @@ gives the record the same FLOP and memory figures as measuring every client-roun
 
 import pytest
 
-from fedbench.runners import train, worker
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.executors import train
+
+from fedbench.runners.executors import worker
+from fedbench.runners.core.experiment import Experiment
 
 from smoke import SMALL_TASK_CONFIGS
 

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from fedbench.methods.base import ClientPlan, Method, MethodConfig, MethodContext, MethodState
-from fedbench.runners.adapters import AdapterModel
-from fedbench.runners.train import MeterCache, TrainSettings, train_client
+from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.runners.executors.train import MeterCache, TrainSettings, train_client
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig
 
 B, D, R, C, L = 8, 16, 4, 5, 6

@@ -7,7 +7,7 @@ as sequentially (one linear per client on its rows, the shapes peft uses alone),
 the frozen base layers run over more rows, which leaves every row's result unchanged. The
 runs have three tiers (roc 1:1:1): sub-model methods give clients different block sets
 (each block runs over its holders' rows), rank methods different adapters. Row gathering
-is CUDA's default only (:func:`~fedbench.runners.packed.gather_rows`); these tests turn it
+is CUDA's default only (:func:`~fedbench.runners.executors.packed.gather_rows`); these tests turn it
 on (:func:`gathering`) so that it is checked on CPU too.
 """
 
@@ -16,9 +16,9 @@ import importlib.util
 import pytest
 import torch
 
-import fedbench.runners.packed as packed_module
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.summary import PROCESS_MEASURES
+import fedbench.runners.executors.packed as packed_module
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.outputs.summary import PROCESS_MEASURES
 
 from smoke import SMALL_TASK_CONFIGS, one_per_family, shared_data
 
@@ -159,7 +159,7 @@ def test_packed_with_dropout_is_a_valid_run_of_the_method(tmp_path):
 def test_router_gives_each_client_its_own_lora_and_head():
     """Rows 0-1 are client 0's, row 2 client 1's, then one row each: each row's update is
     (alpha / r) B_k A_k x with its own k."""
-    from fedbench.runners.packed_route import RowClient, Router
+    from fedbench.runners.executors.packed_route import RowClient, Router
 
     a0, b0 = torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0], [0.0]])  # A (r=1, d=2), B (d=2, r=1)
     a1, b1 = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0], [3.0]])
@@ -180,8 +180,8 @@ def test_block_rows_and_gathering_keep_a_skipped_block_s_rows():
     client that skips a block come out of it unchanged."""
     from torch import nn
 
-    from fedbench.runners.packed_route import RowClient, Router
-    from fedbench.runners.packed_rows import block_rows, gathered, union_blocks
+    from fedbench.runners.executors.packed_route import RowClient, Router
+    from fedbench.runners.executors.packed_rows import block_rows, gathered, union_blocks
 
     layout = block_rows([(0, 2), (0, 1)], [2, 1], 3)
     assert layout[0] == ([0, 1], None)
@@ -264,7 +264,7 @@ def test_time_shares_follow_flops_else_steps():
     """A group's time goes to its clients by FLOPs (3 : 1), by steps (2 : 2) when one has none."""
     from types import SimpleNamespace
 
-    from fedbench.runners.packed import time_shares
+    from fedbench.runners.executors.packed import time_shares
 
     def client(flops, steps):
         return SimpleNamespace(cost=SimpleNamespace(flops_total=flops, steps=steps))

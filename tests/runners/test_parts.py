@@ -16,11 +16,11 @@ import pytest
 import torch
 from torch import nn
 
-from fedbench.runners import worker
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.meters import storage_ptrs
-from fedbench.runners.parts import REST, compose, measure_parts
-from fedbench.runners.train import MeterCache
+from fedbench.runners.executors import worker
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.cost.meters import storage_ptrs
+from fedbench.runners.cost.parts import REST, compose, measure_parts
+from fedbench.runners.executors.train import MeterCache
 
 from smoke import SMALL_TASK_CONFIGS, one_per_family
 

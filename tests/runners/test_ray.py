@@ -13,9 +13,9 @@ ray = pytest.importorskip("ray")
 
 from fedbench.methods import METHODS  # noqa: E402
 from fedbench.methods.base import ClientPlan, LocalPhase, Method  # noqa: E402
-from fedbench.runners.cli import main  # noqa: E402
-from fedbench.runners.experiment import Experiment  # noqa: E402
-from fedbench.runners.summary import PROCESS_MEASURES  # noqa: E402
+from fedbench.runners.cli.cli import main  # noqa: E402
+from fedbench.runners.core.experiment import Experiment  # noqa: E402
+from fedbench.runners.outputs.summary import PROCESS_MEASURES  # noqa: E402
 
 from smoke import SMALL_TASK_CONFIGS, one_per_family  # noqa: E402
 
@@ -131,9 +131,9 @@ def test_without_ray_one_line_with_the_install_hint(tmp_path, monkeypatch, capsy
 
 
 def test_a_run_whose_worker_died_is_recorded_failed(tmp_path):
-    from fedbench.runners.ray_sweep import record_crash
+    from fedbench.runners.executors.ray_sweep import record_crash
     from fedbench.records import validate_record
-    from fedbench.runners.spec import build_spec
+    from fedbench.runners.core.spec import build_spec
 
     spec = build_spec("fedavg", "tiny_text", {**RUN, "out": str(tmp_path)}, {}, SMALL_TASK_CONFIGS["tiny_text"])
     path, line = record_crash(spec, "WorkerCrashedError: the worker died")
@@ -145,7 +145,7 @@ def test_a_run_whose_worker_died_is_recorded_failed(tmp_path):
 def test_actor_builds_the_default_model_before_its_first_job(tmp_path):
     """Built on the first job, the model held up round 1 of every ray run (8.8 s against
     5.1 s for later rounds, benchmarks/ray_speedup.py); the actor builds it at start-up."""
-    from fedbench.runners.ray_executor import ClientActor
+    from fedbench.runners.executors.ray_executor import ClientActor
 
     exp = Experiment("fedavg", "tiny_text", {**RUN, "out": str(tmp_path)}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
     exp.setup()

@@ -3,9 +3,9 @@ ends with the record of an uninterrupted run (metrics bit-exact on CPU)."""
 
 import pytest
 
-from fedbench.runners import checkpoint
-from fedbench.runners.callbacks import Callback
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.outputs import checkpoint
+from fedbench.runners.outputs.callbacks import Callback
+from fedbench.runners.core.experiment import Experiment
 
 RUN = dict(rounds=3, clients=4, per_round=2, seed=2, roc="1:1:1")
 

@@ -10,13 +10,13 @@ import pytest
 
 import fedbench.configs
 import fedbench.leaderboard.groups
-import fedbench.runners.config
-import fedbench.runners.spec
+import fedbench.runners.core.config
+import fedbench.runners.core.spec
 from fedbench.config import AXIS, RECORD, RESULT, RUNTIME, cfg_field
 from fedbench.configs import RunConfig
 from fedbench.leaderboard.generate import render_task
-from fedbench.runners.cli import build_parser, main
-from fedbench.runners.spec import build_spec
+from fedbench.runners.cli.cli import build_parser, main
+from fedbench.runners.core.spec import build_spec
 
 from smoke import SMALL_TASK_CONFIGS
 
@@ -31,7 +31,7 @@ class RunConfigPlus(RunConfig):
 
 @pytest.fixture
 def plus(monkeypatch):
-    for mod in (fedbench.configs, fedbench.runners.config, fedbench.runners.spec, fedbench.leaderboard.groups):
+    for mod in (fedbench.configs, fedbench.runners.core.config, fedbench.runners.core.spec, fedbench.leaderboard.groups):
         monkeypatch.setattr(mod, "RunConfig", RunConfigPlus)
 
 
@@ -52,7 +52,7 @@ def _id(**fields):
 
 def test_a_new_field_at_its_default_changes_no_run_id(monkeypatch):
     before = _id(), _id(lr=0.02)
-    for mod in (fedbench.configs, fedbench.runners.config, fedbench.runners.spec, fedbench.leaderboard.groups):
+    for mod in (fedbench.configs, fedbench.runners.core.config, fedbench.runners.core.spec, fedbench.leaderboard.groups):
         monkeypatch.setattr(mod, "RunConfig", RunConfigPlus)
     assert (_id(), _id(lr=0.02)) == before  # four new fields at their defaults: every existing id kept
     assert _id(x_result=0) == before[0] and _id(x_result=1) != before[0]

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from fedbench.runners import meters
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.cost import meters
+from fedbench.runners.core.experiment import Experiment
 from fedbench.records import validate_record
 
 from smoke import SMALL_TASK_CONFIGS
@@ -40,7 +40,7 @@ def test_rss_peak_null_where_unavailable(tmp_path, monkeypatch):
 
 def test_mean_of_equal_values_never_exceeds_them():
     """np.mean([x] * 3) rounds one ulp above x for this x: the CI failure of stop 18."""
-    from fedbench.runners.summary import _mean, local_summary
+    from fedbench.runners.outputs.summary import _mean, local_summary
 
     x = 3.334959104
     assert float(__import__("numpy").mean([x] * 3)) > x  # the rounding this guards against

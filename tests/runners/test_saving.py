@@ -8,8 +8,8 @@ from safetensors.torch import load_file
 
 import fedbench
 from fedbench.records import validate_record
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.saving import split_global
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.outputs.saving import split_global
 from fedbench.tasks.base import subset
 from fedbench.tasks.tiny import TinyText, TinyTextConfig
 

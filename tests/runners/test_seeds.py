@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 
 RUN = dict(rounds=2, clients=6, per_round=3)
 
@@ -73,7 +73,7 @@ def test_runners_know_no_method_by_name():
 
 
 def test_threads_default(monkeypatch):
-    from fedbench.runners.environment import available_cores, resolve_threads
+    from fedbench.runners.core.environment import available_cores, resolve_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert resolve_threads(None, tiny=True) == 1 and resolve_threads(None, tiny=False) == available_cores()

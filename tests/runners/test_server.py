@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedbench.runners.adapters import AdapterModel
-from fedbench.runners.server import ServerTools
+from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.runners.core.server import ServerTools
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, ModelBundle, TaskConfig
 
 D, R, ALPHA = 3, 2, 4.0  # width, LoRA rank, alpha (scaling alpha / r = 2)

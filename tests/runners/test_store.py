@@ -2,7 +2,7 @@
 
 import torch
 
-from fedbench.runners.store import ClientStore
+from fedbench.runners.core.store import ClientStore
 
 
 def test_roundtrip_and_spill(tmp_path):

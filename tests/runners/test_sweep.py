@@ -3,8 +3,8 @@
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.runners.cli import main
-from fedbench.runners.sweep import expand_sweep
+from fedbench.runners.cli.cli import main
+from fedbench.runners.core.sweep import expand_sweep
 
 from smoke import SMALL_TASK_CONFIGS
 
@@ -42,7 +42,7 @@ def test_a_sweep_loads_each_task_once(tmp_path, monkeypatch):
     """Runs of the same task in one sweep process reuse its loaded data."""
     import yaml
 
-    from fedbench.runners.cli import main
+    from fedbench.runners.cli.cli import main
     from fedbench.tasks.tiny import TinyText
 
     calls = []
@@ -61,7 +61,7 @@ def test_only_runs_part_of_a_preset_with_the_same_run_ids(tmp_path, capsys):
     preset's run ids: the whole preset run afterwards skips them."""
     import yaml
 
-    from fedbench.runners.sweep import load_sweep, select
+    from fedbench.runners.core.sweep import load_sweep, select
 
     preset = tmp_path / "p.yaml"
     preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedavg", "fedra"], "settings": ["iid", "2/-"],
@@ -90,7 +90,7 @@ def test_only_roc_picks_a_resource_ratio(tmp_path):
     report's commands select a paper's resource group this way)."""
     import yaml
 
-    from fedbench.runners.sweep import load_sweep, select
+    from fedbench.runners.core.sweep import load_sweep, select
 
     preset = tmp_path / "p.yaml"
     preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedavg", "fedra"], "settings": ["iid"],

@@ -7,8 +7,8 @@ import pytest
 
 from fedbench.errors import UserError
 from fedbench.configs import RunConfig
-from fedbench.runners.experiment import Experiment
-from fedbench.runners.tiers import TierAssigner, largest_remainder, parse_roc_exact, tier_ranks_for
+from fedbench.runners.core.experiment import Experiment
+from fedbench.runners.core.tiers import TierAssigner, largest_remainder, parse_roc_exact, tier_ranks_for
 
 from smoke import SMALL_TASK_CONFIGS
 
@@ -64,7 +64,7 @@ def test_tier_counts_recorded_and_exclusive_without_full_tier_refused(tmp_path):
 
 
 def test_exclusive_refusal_is_a_one_line_exit_2(tmp_path, capsys):
-    from fedbench.runners.cli import main
+    from fedbench.runners.cli.cli import main
 
     args = ["run", "--method", "exclusive", "--task", "tiny_text", "--roc", "6:3:1", "--clients", "6", "--rounds", "1",
             "--out", str(tmp_path)]

@@ -9,12 +9,12 @@ import pytest
 import fedbench
 from fedbench.configs import RunConfig
 from fedbench.errors import UserError
-from fedbench.runners.cli import build_parser, main
-from fedbench.runners.meters import ClientCost
-from fedbench.runners.spec import build_spec
-from fedbench.runners.state import RoundLog
-from fedbench.runners.sweep import load_sweep
-from fedbench.runners.tracking import TRACKERS, MLflowTracker, final_metrics, flat_config, round_metrics
+from fedbench.runners.cli.cli import build_parser, main
+from fedbench.runners.cost.meters import ClientCost
+from fedbench.runners.core.spec import build_spec
+from fedbench.runners.core.state import RoundLog
+from fedbench.runners.core.sweep import load_sweep
+from fedbench.runners.outputs.tracking import TRACKERS, MLflowTracker, final_metrics, flat_config, round_metrics
 
 from smoke import SMALL_TASK_CONFIGS
 

@@ -2,8 +2,8 @@
 would be scored with a fresh model, so the record keeps its count and score apart."""
 
 from fedbench.records import validate_record
-from fedbench.runners.evaluation import split_trained
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.evaluation import split_trained
+from fedbench.runners.core.experiment import Experiment
 
 from smoke import SMALL_TASK_CONFIGS
 

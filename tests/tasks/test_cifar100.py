@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedbench.errors import UserError
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.cifar100 import Cifar100, Cifar100Config
 
 NAMES = ["apple", "aquarium_fish", "baby", "bear", "beaver"]

@@ -12,7 +12,7 @@ import torch
 
 from smoke import shared_data
 from fedbench.errors import UserError
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.instructions import DOLLY_CATEGORIES, IGNORE, Dolly, DollyConfig
 
 

@@ -19,8 +19,8 @@ import torch
 
 from smoke import shared_data
 from fedbench.errors import UserError
-from fedbench.runners.cli import main as cli_main
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.cli.cli import main as cli_main
+from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.base import TaskData
 from fedbench.tasks.image_domains import DomainNet, DomainNetConfig
 

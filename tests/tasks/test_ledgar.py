@@ -13,7 +13,7 @@ import torch
 from smoke import shared_data
 from fedbench.errors import UserError
 from fedbench.methods import METHODS
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.base import classification_result
 from fedbench.tasks.ledgar import Ledgar, LedgarConfig, read_ledgar
 

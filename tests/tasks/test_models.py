@@ -241,7 +241,7 @@ def test_model_parts_run_their_modules_in_order():
 @pytest.mark.parametrize("arch", ["cnn1", "cnn4"])
 def test_cnn_bundle_declares_its_parts(arch):
     from fedbench.methods.base import EXTRA_PREFIX
-    from fedbench.runners.adapters import AdapterModel
+    from fedbench.runners.executors.adapters import AdapterModel
     from fedbench.tasks.cnn_task import cnn_bundle
 
     bundle = cnn_bundle(arch, 3, 10, 32)

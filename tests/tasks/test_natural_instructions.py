@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.instructions import NaturalInstructions, NaturalInstructionsConfig
 
 TASKS = ["task001_reverse", "task002_upper", "task003_first_word", "task004_count", "task005_copy"]

@@ -9,7 +9,7 @@ import torch
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.image_domains import Nicopp, NicoppConfig
 
 STYLES = ("autumn", "dim", "grass", "outdoor", "rock", "water")

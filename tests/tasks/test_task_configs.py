@@ -7,7 +7,7 @@ import pytest
 
 from fedbench.config import build_config
 from fedbench.errors import UserError
-from fedbench.runners.cli import main as cli_main
+from fedbench.runners.cli.cli import main as cli_main
 from fedbench.tasks import TASKS
 
 CASES = [  # (task, field, bad value)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedbench.runners.experiment import Experiment
+from fedbench.runners.core.experiment import Experiment
 
 # (task, task config, rounds, floor): floors are well above chance (vision 1/10, text 1/6)
 # and above the untrained tiny LM's Rouge-L (~0.1); measured values are far higher.

@@ -1,0 +1,1 @@
+"""Device planning: device catalogues, allocations that fit a budget, ``fedbench plan``, simulated time."""

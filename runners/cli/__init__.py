@@ -1,0 +1,1 @@
+"""The command line: argument parsing, the commands, listing and the live progress view."""

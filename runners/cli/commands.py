@@ -1,0 +1,107 @@
+"""``fedbench run`` and ``fedbench sweep``: from the command line to records.
+
+Both build every run's :class:`~fedbench.runners.core.spec.RunSpec` first (every config
+validated, one line and exit 2 on the first problem, nothing trained), skip the runs whose
+finished (``ok``) record exists, and run the rest with a progress bar.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+from fedbench.configs import flag_fields
+from fedbench.errors import UserError
+from fedbench.runners.outputs.callbacks import Callback
+from fedbench.runners.cli.launch import execute, summary_line
+from fedbench.runners.outputs.tracking import trackers_for
+
+
+def gather_configs(args) -> tuple[dict, dict, dict]:
+    """run / method / task overrides from --config, flags and --set (later wins)."""
+    from fedbench.config import SECTIONS, load_yaml_config, parse_overrides
+
+    cfg: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    if args.config:
+        for s, v in load_yaml_config(args.config).items():
+            cfg[s].update(v)
+    for section, f in flag_fields():
+        value = getattr(args, f"{section}.{f.name}", None)
+        if value is not None:
+            cfg[section][f.name] = value
+    for s, v in parse_overrides(args.set).items():
+        cfg[s].update(v)
+    return cfg["run"], cfg["method"], cfg["task"]
+
+
+def load_callback(ref: str) -> Callback:
+    """``module:Class`` -> an instance of that :class:`Callback` subclass (no arguments)."""
+    mod_name, _, cls_name = ref.partition(":")
+    if not mod_name or not cls_name:
+        raise UserError(f"bad --callback {ref!r}: expected MODULE:CLASS, e.g. mypkg.logging:Logger")
+    try:
+        obj = getattr(importlib.import_module(mod_name), cls_name)
+    except ImportError as e:
+        raise UserError(f"--callback {ref}: cannot import {mod_name!r} ({e})") from None
+    except AttributeError:
+        raise UserError(f"--callback {ref}: module {mod_name!r} has no {cls_name!r}") from None
+    if not (isinstance(obj, type) and issubclass(obj, Callback)):
+        raise UserError(f"--callback {ref}: {cls_name} is not a fedbench Callback subclass")
+    return obj()
+
+
+def exit_status(rec: dict) -> int:
+    return {"ok": 0, "failed": 1, "cancelled": 130}[rec["status"]]
+
+
+def cmd_run(args) -> int:
+    from fedbench.records import is_finished, prepare_out_dir
+    from fedbench.runners.core.spec import build_spec
+
+    run, method_cfg, task_cfg = gather_configs(args)
+    spec = build_spec(args.method, args.task, run, method_cfg, task_cfg)
+    callbacks = [load_callback(ref) for ref in args.callback]
+    prepare_out_dir(spec.run.out)
+    path = spec.record_path()
+    if is_finished(path) and not args.force:
+        print(f"{spec.method} on {spec.task}: done already ({path}); --force runs it again")
+        return 0
+    rec, path = execute(spec, not args.no_progress, callbacks)
+    print(summary_line(rec, path))
+    return exit_status(rec)
+
+
+def cmd_sweep(args) -> int:
+    """Load, expand and validate the whole preset (``runners/core/sweep.py``), then run what is not done."""
+    from fedbench.records import prepare_out_dir
+    from fedbench.runners.core import sweep
+
+    runs = sweep.select(sweep.load_sweep(args.preset, out=args.out), args.only)
+    for out in dict.fromkeys(r.spec.run.out for r in runs):
+        prepare_out_dir(out, create=not args.dry_run)
+    for names in dict.fromkeys(tuple(r.spec.run.log) for r in runs):
+        trackers_for(names)  # a tracker's missing package stops the sweep before its first run
+    warn = lambda line: print(f"fedbench: warning: {line}", file=sys.stderr)  # noqa: E731
+    parallel = args.workers is not None or args.address is not None
+    if parallel and not args.dry_run:
+        from fedbench.runners.executors.ray_sweep import run_sweep
+
+        return run_sweep(runs, args, warn)
+    todo, done = sweep.pending(runs, warn)
+    failed = 0
+    data_cache: dict = {}
+    for label, r in todo:
+        if args.dry_run:
+            print(f"{label}: to run")
+            continue
+        rec, path = execute(r.spec, not args.no_progress, data_cache=data_cache)
+        print(f"{label}: {summary_line(rec, path)}")
+        if rec["status"] == "cancelled":
+            return 130
+        failed += rec["status"] != "ok"
+    print(f"sweep: {len(runs)} runs, {done} already done, {failed} failed")
+    return 1 if failed else 0
+
+
+__all__ = ["cmd_run", "cmd_sweep", "gather_configs", "load_callback"]

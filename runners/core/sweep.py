@@ -1,0 +1,264 @@
+"""Sweep presets: load, expand (methods x settings x resources x seeds), validate, label.
+
+A preset is checked as a whole before its first run: its keys and their types, every
+method and the task, and every run's run / method / task configs (built and validated
+as ``fedbench run`` would). Any problem is one :class:`~fedbench.errors.UserError` line
+naming the preset file and the key, so a typo in the last method never costs the
+training of the first ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedbench.config import read_yaml
+from fedbench.errors import UserError
+from fedbench.runners.core.spec import RunSpec, build_spec
+
+#: key -> what it holds (for messages)
+PRESET_KEYS = {
+    "task": "a task key, e.g. tiny_text",
+    "methods": "a list of method keys, e.g. [fedavg, fedra]",
+    "settings": "a list of data splits, e.g. [iid, dir(0.5)]",
+    "resources": "a list of run-field mappings, e.g. [{roc: \"6:3:1\"}, {capacities: [12, 6]}]",
+    "seeds": "a list of integer seeds, e.g. [0, 1]",
+    "run": "a mapping of run fields, e.g. {rounds: 5, clients: 6}",
+    "task_config": "a mapping of task fields, e.g. {n_train: 600}",
+    "method_config": "a mapping of method key (or `all`) to a mapping of method fields",
+    "method_variants": "a list of method-field mappings applied to every method, one more sweep axis, e.g. "
+                       "[{archs: cnn1}, {archs: hetero}]",
+    "out": "a records directory",
+}
+
+
+def load_preset(path: str | Path) -> dict:
+    """Read a preset file: a YAML mapping (read safely: :func:`~fedbench.config.read_yaml`)."""
+    data = read_yaml(path, "sweep preset")
+    if data is None:
+        raise UserError(f"preset {path} is empty: it needs at least `task` and `methods`")
+    if not isinstance(data, dict):
+        raise UserError(f"preset {path}: expected a mapping of keys ({', '.join(PRESET_KEYS)}), "
+                        f"got a {type(data).__name__}")
+    return data
+
+
+def _type_error(key: str, value: Any) -> UserError:
+    return UserError(f"key {key!r} must be {PRESET_KEYS[key]}; got {value!r}")
+
+
+def check_preset(preset: dict) -> None:
+    """Keys and their types (not yet the values inside the configs)."""
+    bad = sorted(set(preset) - set(PRESET_KEYS), key=str)
+    if bad:
+        raise UserError(f"unknown key {bad[0]!r} (valid: {', '.join(sorted(PRESET_KEYS))})")
+    if "task" not in preset or "methods" not in preset:
+        raise UserError("a preset needs `task` and a non-empty `methods` list")
+    if not isinstance(preset["task"], str) or not preset["task"].strip():
+        raise _type_error("task", preset["task"])
+    for key, item_ok in (("methods", lambda v: isinstance(v, str) and v.strip() != ""),
+                         ("settings", lambda v: isinstance(v, str) and v.strip() != ""),
+                         ("resources", lambda v: v is None or isinstance(v, dict)),
+                         ("method_variants", lambda v: v is None or isinstance(v, dict)),
+                         ("seeds", lambda v: isinstance(v, int) and not isinstance(v, bool))):
+        value = preset.get(key)
+        if value is None and key != "methods":
+            continue
+        if not isinstance(value, list) or not value or not all(item_ok(v) for v in value):
+            raise _type_error(key, value)
+    dupes = sorted({m for m in preset["methods"] if preset["methods"].count(m) > 1})
+    if dupes:
+        raise UserError(f"key 'methods' lists {dupes[0]!r} more than once")
+    for key in ("run", "task_config", "method_config"):
+        if preset.get(key) is not None and not isinstance(preset[key], dict):
+            raise _type_error(key, preset[key])
+    for name, cfg in (preset.get("method_config") or {}).items():
+        if name != "all" and name not in preset["methods"]:
+            raise UserError(f"key 'method_config' has an entry for {name!r}, which is neither `all` nor one of "
+                            f"the preset's methods ({', '.join(preset['methods'])})")
+        if cfg is not None and not isinstance(cfg, dict):
+            raise UserError(f"key 'method_config.{name}' must be a mapping of method fields; got {cfg!r}")
+    if preset.get("out") is not None and (not isinstance(preset["out"], str) or not preset["out"].strip()):
+        raise _type_error("out", preset["out"])
+
+
+def expand_sweep(preset: dict) -> list[dict]:
+    """A preset's runs: methods x method variants x settings x resources x seeds.
+
+    Keys: ``task`` (required), ``methods`` (list), ``settings`` (list, default [iid]),
+    ``resources`` (list of {roc: ...} / {capacities: ...} / {} ; default [{}]),
+    ``seeds`` (list, default [0]), ``run`` / ``task_config`` (dicts), ``method_config``
+    (dict of method key -> dict; key ``all`` applies to every method), ``method_variants``
+    (list of method-field dicts, each applied to every method over ``method_config``,
+    default [{}]), ``out``.
+    """
+    check_preset(preset)
+    mcfg = preset.get("method_config") or {}
+    runs = []
+    for method, variant, setting, res, seed in itertools.product(
+        preset["methods"], preset.get("method_variants") or [{}], preset.get("settings") or ["iid"],
+        preset.get("resources") or [{}], preset.get("seeds") or [0]
+    ):
+        run = dict(preset.get("run") or {})
+        run.update(res or {})
+        run.update(setting=setting, seed=seed)
+        if preset.get("out"):
+            run.setdefault("out", preset["out"])
+        m = {**(mcfg.get("all") or {}), **(mcfg.get(method) or {}), **(variant or {})}
+        runs.append({"method": method, "task": preset["task"], "run": run, "method_config": m,
+                     "task_config": dict(preset.get("task_config") or {})})
+    return runs
+
+
+def _short(r: dict) -> str:
+    return f"{r['method']}, {r['run'].get('setting')}, seed {r['run'].get('seed')}"
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    spec: RunSpec
+    label: str  # names everything that differs between the sweep's runs
+
+
+def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
+    """Load, expand and validate a preset: every run's spec is built (every config checked)
+    before the first run starts. ``out`` (``--out``) overrides the preset's. Two rows that
+    are the same run (same run id: a duplicate seed, method variant or setting spelling)
+    are refused."""
+    from fedbench.methods import METHODS
+    from fedbench.tasks import TASKS
+
+    preset = load_preset(path)
+    try:
+        runs = expand_sweep(preset)
+        TASKS.resolve(preset["task"])
+        for m in preset["methods"]:
+            try:
+                METHODS.resolve(m)
+            except UserError as e:
+                raise UserError(f"key 'methods': {e}") from None
+    except UserError as e:
+        raise UserError(f"preset {path}: {e}") from None
+    specs, seen = [], {}
+    for r in runs:
+        if out:
+            r["run"]["out"] = out
+        try:
+            spec = build_spec(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
+        except UserError as e:
+            key = _preset_key(preset, r, str(e))
+            raise UserError(f"preset {path}: {f'key {key!r}, ' if key else ''}run {_short(r)}: {e}") from None
+        if spec.run_id in seen:
+            raise UserError(f"preset {path}: run {_short(r)} is the same run as {_short(seen[spec.run_id])} "
+                            f"(a duplicate seed, setting or variant)")
+        seen[spec.run_id] = r
+        specs.append(spec)
+    return [SweepRun(spec, label) for spec, label in zip(specs, run_labels(runs))]
+
+
+#: ``--only`` keys -> the spec value they select on
+ONLY_KEYS = {"method": lambda s: s.method, "setting": lambda s: s.run.setting, "seed": lambda s: s.run.seed,
+             "clients": lambda s: s.run.clients, "roc": lambda s: s.run.roc}
+
+
+def select(runs: list[SweepRun], only: list[str] | None) -> list[SweepRun]:
+    """The runs matching every ``KEY=V1,V2`` of ``only`` (``--only``; keys: method, setting,
+    seed, clients, roc), in preset order: part of a preset, with the same run ids as the whole (a later run
+    of the whole preset skips them). A key not in :data:`ONLY_KEYS`, or a filter that
+    matches no run, is a :class:`~fedbench.errors.UserError`."""
+    for item in only or ():
+        key, sep, values = item.partition("=")
+        if not sep or key not in ONLY_KEYS or not values:
+            raise UserError(f"--only {item!r}: expected KEY=V1,V2 with KEY one of {', '.join(ONLY_KEYS)}")
+        wanted = {v.strip() for v in values.split(",")}
+        runs = [r for r in runs if str(ONLY_KEYS[key](r.spec)) in wanted]
+        if not runs:
+            raise UserError(f"--only {item!r} (with the filters before it) matches no run of the preset")
+    return runs
+
+
+def _preset_key(preset: dict, r: dict, message: str) -> str | None:
+    """The preset key a run's config error comes from, from the field it names."""
+    m = re.search(r"\b(run|method|task)\.(\w+)", message)
+    if m is None:
+        return "settings" if "setting" in message else None
+    section, name = m.groups()
+    if section == "task":
+        return "task_config"
+    if section == "method":
+        mcfg = preset.get("method_config") or {}
+        if any(name in (v or {}) for v in preset.get("method_variants") or []):
+            return "method_variants"
+        return f"method_config.{r['method']}" if name in (mcfg.get(r["method"]) or {}) else "method_config.all"
+    if name in ("seed", "setting"):
+        return name + "s"
+    if any(name in (res or {}) for res in preset.get("resources") or []):
+        return "resources"
+    return "run"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def run_labels(runs: list[dict]) -> list[str]:
+    """One label per run naming everything that differs between the sweep's runs
+    (method, setting, resources, seed, and any run / method / task field), so no two
+    distinct runs look the same in the progress lines."""
+    flat = []
+    for r in runs:
+        d = {"method": r["method"]}
+        d.update({k: v for k, v in r["run"].items() if k != "out"})
+        d.update({f"method.{k}": v for k, v in r["method_config"].items()})
+        d.update({f"task.{k}": v for k, v in r["task_config"].items()})
+        flat.append(d)
+    keys: list[str] = []
+    for d in flat:
+        keys += [k for k in d if k not in keys]
+    missing = object()
+    differ = [k for k in keys if len({repr(d.get(k, missing)) for d in flat}) > 1]
+    order = (["setting"] if "setting" in differ else []) + [k for k in differ if k not in ("method", "setting", "seed")]
+    labels = []
+    for d in flat:
+        parts = [d["method"]]
+        for k in order:
+            if k == "setting":
+                parts.append(_fmt(d["setting"]))
+            elif k in d:
+                parts.append(f"{k}={_fmt(d[k])}")
+        if "seed" in differ:
+            parts.append(f"seed {d['seed']}")
+        labels.append(" ".join(parts))
+    return labels
+
+
+def pending(runs: list[SweepRun], warn) -> tuple[list[tuple[str, SweepRun]], int]:
+    """The runs still to do, each with its progress label (``[i/n] label``), and how many
+    are done; a line is printed for each done run."""
+    todo, done = [], 0
+    for i, r in enumerate(runs, 1):
+        label = f"[{i}/{len(runs)}] {r.label}"
+        path = r.spec.record_path()
+        if is_done(path, warn):
+            print(f"{label}: done ({path})")
+            done += 1
+        else:
+            todo.append((label, r))
+    return todo, done
+
+
+def is_done(path: Path, warn) -> bool:
+    """Whether the record at ``path`` is a finished (``ok``) run. A corrupt record is one
+    ``warn(line)`` and counts as not done, so the run is redone and the file replaced."""
+    from fedbench.records import RecordError, read_record_status
+
+    try:
+        return read_record_status(path) == "ok"
+    except RecordError as e:
+        warn(f"corrupt record {e}; running it again")
+        return False

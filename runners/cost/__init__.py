@@ -1,0 +1,1 @@
+"""Measured cost: FLOPs, memory, traffic and time of a training step."""

@@ -1,0 +1,232 @@
+"""ClientWorker: one client's round, the only place that touches a model in training.
+
+A worker holds a :class:`ModelPool` (one model per task architecture, never one per
+client) and no client state: it receives a :class:`ClientJob` (the plan, the payload, the
+client's private state and its example indices), loads them into the model of the
+client's architecture, trains with the meters and returns a :class:`ClientResult` (the
+upload, the private state to keep, the cost). Engines run workers in-process (``local``)
+or in other processes (``ray``); a worker built from the same :class:`WorkerSpec` gives
+the same result anywhere, because every random draw of a job comes from the job's seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+import torch
+
+from fedbench.errors import UserError
+from fedbench.methods.base import ClientPlan, ClientProfile, Method, MethodContext, ServerAPI
+from fedbench.runners.executors.adapters import AdapterModel
+from fedbench.runners.cost.meters import ClientCost, PeakRSS
+from fedbench.runners.executors.precision import autocast
+from fedbench.runners.core.seeds import seed_for
+from fedbench.runners.executors.train import MeterCache, StepHook, TrainSettings, train_client
+from fedbench.tasks.base import EvalResult, Task, TaskData, subset
+
+if TYPE_CHECKING:
+    from fedbench.runners.core.spec import LoraSettings, RunSpec
+
+
+@dataclass
+class ClientJob:
+    round: int
+    plan: ClientPlan
+    payload: dict[str, torch.Tensor]
+    private: dict[str, torch.Tensor] | None  # None: the client has no state yet (fresh from its architecture)
+    indices: np.ndarray  # its training examples
+    seed: int  # every random draw of the job (batch order, dropout, new adapters)
+
+
+@dataclass
+class ClientResult:
+    client: int
+    upload: dict[str, torch.Tensor]
+    private: dict[str, torch.Tensor]
+    cost: ClientCost
+
+
+@dataclass
+class EvalJob:
+    """Local evaluation of one client's model: the global tensors + its private state."""
+
+    client: int
+    arch: str | None
+    tensors: dict[str, torch.Tensor]
+    private: dict[str, torch.Tensor] | None
+    indices: np.ndarray  # its local test examples (indices into the train split)
+    private_keys: list[str]
+
+
+class ModelPool:
+    """One :class:`AdapterModel` per architecture, built on first use.
+
+    Each architecture is built under its own seed derived from the run seed, so every
+    process builds identical models; the method's extra modules are attached likewise.
+    """
+
+    def __init__(self, task: Task, data: TaskData, lora: LoraSettings, seed: int, device: torch.device):
+        self.task, self.data, self.lora, self.seed, self.device = task, data, lora, seed, device
+        #: ``extras(head)``: the method's extra modules (``Method.extra_modules``), attached
+        #: to every model the pool builds; set by the builder before the method exists
+        self.extras: Callable[[torch.nn.Module | None], dict] | None = None
+        self._models: dict[str, AdapterModel] = {}
+        self._fresh: dict[tuple[str, str], torch.Tensor] = {}
+
+    @property
+    def default_arch(self) -> str:
+        return self.task.archs()[0]
+
+    def arch(self, arch: str | None) -> str:
+        arch = arch or self.default_arch
+        if arch not in self.task.archs():
+            raise UserError(f"unknown architecture {arch!r} (the task has: {', '.join(self.task.archs())})")
+        return arch
+
+    def set_extras(self, extras: Callable[[torch.nn.Module | None], dict]) -> None:
+        self.extras = extras
+        for arch, am in self._models.items():
+            self._attach(arch, am)
+
+    def get(self, arch: str | None = None) -> AdapterModel:
+        arch = self.arch(arch)
+        if arch not in self._models:
+            self._models[arch] = self._build(arch)
+        return self._models[arch]
+
+    def _build(self, arch: str) -> AdapterModel:
+        lora = self.lora
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed_for(self.seed, "model", arch))
+            bundle = self.task.build_model(self.data, None if arch == self.default_arch else arch)
+            am = AdapterModel(bundle, lora.r, lora.alpha, lora.dropout, lora.targets, self.device)
+        if self.extras is not None:
+            self._attach(arch, am)
+        return am
+
+    def _attach(self, arch: str, am: AdapterModel) -> None:
+        bundle = am.bundle
+        head = bundle.model.get_submodule(bundle.head_modules[-1]) if bundle.head_modules else None
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed_for(self.seed, "extra", arch))
+            am.attach_extra(self.extras(head))
+
+    def fresh(self, arch: str | None, keys: list[str]) -> dict[str, torch.Tensor]:
+        """The initial values of ``keys`` in a newly built model of ``arch`` (a client's
+        private state before its first round); cached per architecture and key."""
+        arch = self.arch(arch)
+        missing = [k for k in keys if (arch, k) not in self._fresh]
+        if missing:
+            am = self._build(arch)
+            for k, t in am.read(missing).items():
+                self._fresh[(arch, k)] = t.cpu()
+            del am
+        return {k: self._fresh[(arch, k)] for k in keys}
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker is built from besides the data and the tier profiles:
+    picklable, so the Ray actors build exactly what the driver builds (:meth:`build`)."""
+
+    spec: RunSpec
+    device: str  # "cpu", "cuda", "cuda:1"
+    threads: int
+    #: the registered classes, carried as classes: one registered only in the driver (a
+    #: test's) still reaches a worker process
+    method_cls: type
+    task_cls: type
+
+    @classmethod
+    def of(cls, spec: "RunSpec", device: str, threads: int) -> "WorkerSpec":
+        return cls(spec, device, threads, spec.method_cls, spec.task_cls)
+
+    def build(self, data: TaskData, profiles: Mapping[int, ClientProfile], server: ServerAPI | None = None,
+              pool: ModelPool | None = None) -> "ClientWorker":
+        """The model pool, the method (its context complete) and the worker, for ``data``
+        and the clients' static tier ``profiles``. ``server``: the driver's server tools
+        (None in a worker process); ``pool``: a pool already built from this spec (the
+        driver builds it first, to size the tiers by the model's depth)."""
+        spec = self.spec
+        torch.set_num_threads(self.threads)
+        if pool is None:
+            pool = ModelPool(self.task_cls(spec.task_config), data, spec.lora, spec.run.seed, torch.device(self.device))
+        am = pool.get()  # the default architecture: global model, server tools, evaluation
+        ctx = MethodContext(
+            n_layers=am.bundle.n_layers, layer_keys=am.layer_keys, head_keys=am.head_keys, profiles=dict(profiles),
+            lora_r=spec.lora.r, lora_alpha=spec.lora.alpha, task_kind=pool.task.kind, server=server,
+            block_bytes=am.block_bytes, rounds=spec.run.rounds, init_head=pool.task.init_head,
+            n_classes=data.n_classes, data_info=dict(data.info), parts=am.bundle.parts, part_keys=am.part_keys,
+        )
+        cls, cfg = self.method_cls, spec.method_config
+        pool.set_extras(lambda head: cls.extra_modules(cfg, ctx, head))
+        method = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))  # a complete context
+        return ClientWorker(pool, method, spec.train, spec.run.measure_flops)
+
+
+class ClientWorker:
+    def __init__(self, pool: ModelPool, method: Method, settings: TrainSettings, measure: bool):
+        self.pool, self.method, self.settings = pool, method, settings
+        self.meter = MeterCache() if measure else None
+        self.rss = PeakRSS()
+
+    def run(self, job: ClientJob, on_step: StepHook | None = None) -> ClientResult:
+        """Train ``job``'s client; ``on_step(step, steps)`` hears of each local step (progress)."""
+        plan, method = job.plan, self.method
+        arch, tensors = self.job_tensors(job)
+        am = self.pool.get(arch)
+        reset = self.rss.reset()
+        with torch.random.fork_rng(devices=[am.device] if am.device.type == "cuda" else []):
+            torch.manual_seed(job.seed)
+            upload, priv, cost = train_client(am, self.pool.task, method, self.pool.data.train, job.indices, plan,
+                                              tensors, self.settings, np.random.default_rng(job.seed),
+                                              self.meter, arch, on_step)
+        cost.rss_peak_bytes = self.rss.read() if reset else None
+        return ClientResult(plan.client, upload, priv, cost)
+
+    def job_tensors(self, job: ClientJob) -> tuple[str, dict[str, torch.Tensor]]:
+        """``job``'s architecture and the tensors its model starts from: its payload and
+        its private state (fresh from the architecture before its first round)."""
+        plan, method = job.plan, self.method
+        arch = self.pool.arch(plan.arch)
+        private = job.private
+        if private is None:
+            private = self.pool.fresh(arch, method.private_keys(plan))
+        tensors = {**job.payload, **private}
+        missing = sorted(set(method.model_keys(plan)) - set(tensors))
+        if missing:  # no hidden channel: the client's model may only use what it was sent or keeps
+            raise RuntimeError(f"client {plan.client}'s model uses {len(missing)} tensors it was neither sent nor "
+                               f"keeps, e.g. {missing[0]}")
+        return arch, tensors
+
+    def evaluate(self, job: EvalJob) -> EvalResult:
+        """Local evaluation: the model of ``job.arch`` with the global tensors and the
+        client's private state on its local test split (``job.indices`` of the train data)."""
+        private = job.private if job.private is not None else self.pool.fresh(job.arch, job.private_keys)
+        data = subset(self.pool.data.train, job.indices)
+        return evaluate_model(self.pool.get(job.arch), self.method, self.pool.task, {**job.tensors, **private}, data,
+                              precision=self.settings.precision)
+
+
+@torch.no_grad()
+def evaluate_model(am: AdapterModel, method: Method, task: Task, tensors: dict[str, torch.Tensor], data: Any,
+                   domains=None, domain_names=None, blocks: tuple[int, ...] | None = None,
+                   precision: str = "fp32") -> EvalResult:
+    """``task.evaluate`` of ``am``'s model with ``tensors`` loaded (base weights among them
+    apply to this evaluation only), on ``blocks`` (None = all), through the method's
+    ``eval_logits`` (classification; None = the task's forward), in ``precision``. The
+    scoring runs under ``torch.inference_mode`` (no autograd bookkeeping at all); loading
+    the tensors does not, so the model's parameters never become inference tensors."""
+    tensors = {k: v for k, v in tensors.items() if am.has(k)}
+    with am.base_overlay(tensors), am.subset_blocks(blocks), am.capture(method.hidden_blocks(None)) as hidden:
+        am.load(tensors)
+        am.model.eval()
+        with torch.inference_mode(), autocast(am.device, precision):
+            return task.evaluate(am.model, data, am.device, domains, domain_names,
+                                 logits_fn=lambda model, batch: method.eval_logits(task, model, batch, hidden))
+
+
+__all__ = ["ClientJob", "ClientResult", "ClientWorker", "EvalJob", "ModelPool", "WorkerSpec", "evaluate_model"]
