@@ -97,7 +97,7 @@ def pareto(plt, sec: Section, setting: str, title: str):
     on the group's front, named in a margin right of every point."""
     fmt = Fmt(sec.metric)
     rows = [rk for rk in sec.rows if sec.cells.get((rk, setting))]
-    names, labels, fam_colour = cohort_names(rows), style_names(rows), family_colours(rows)
+    names, labels, fam_colour = cohort_names(rows), style_names(sec.rows), family_colours(rows)
     groups = list(names)  # in cohort_names' order
     sizes = [sum(cohort(rk) == g for rk in rows) for g in groups]
     heights = [max(2.6, 0.8 + 0.17 * n) for n in sizes]  # room for a line of text per point

@@ -1,14 +1,15 @@
 """Learning curves: ``results.curve[*].metric`` against the round, mean over seeds with a
 min-max band, as small multiples: one row of panels per method family (a family of more than
 :data:`~fedbench.leaderboard.plot_style.MAX_LINES` methods over several rows, so its lines do
-not pile up), one column per group (resource ratio, federation and budget), each column on
-the round axis of its own budget (a 10-round run is not squeezed onto a 50-round axis). A
-panel draws its methods in distinct colours, named in a margin right of the curves (never on
-a marker), over the group's other methods in grey; one legend says what line, band and grey
-mean."""
+not pile up), one column per group (resource ratio, federation and budget; at most
+:data:`MAX_COLUMNS` side by side, more groups below), each group on the round axis of its
+own budget (a 10-round run is not squeezed onto a 50-round axis). A panel draws its methods
+in distinct colours, named in a margin right of the curves (never on a marker), over the
+group's other methods in grey; one legend says what line, band and grey mean."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from fedbench.leaderboard.groups import RowKey, Section
@@ -17,10 +18,12 @@ from fedbench.leaderboard.render import Fmt
 from fedbench.leaderboard.stats import mean
 from fedbench.leaderboard.table import cohort, cohort_names
 
-__all__ = ["MIN_CURVE_POINTS", "curve_points", "curves", "mean_curve"]
+__all__ = ["MAX_COLUMNS", "MIN_CURVE_POINTS", "curve_points", "curves", "mean_curve"]
 
 #: A curve needs this many evaluated rounds to be drawn (two points show no shape).
 MIN_CURVE_POINTS = 3
+#: The most groups side by side; more groups go in further blocks of rows below.
+MAX_COLUMNS = 3
 
 
 def mean_curve(sec: Section, rk: RowKey, setting: str, scale: float) -> dict[int, list[float]]:
@@ -62,16 +65,22 @@ def curves(plt, sec: Section, setting: str, title: str):
     rows = [rk for rk in sec.rows if data[rk]]
     rows_of, names = panels(rows), cohort_names(rows)
     groups = list(names)  # in cohort_names' order
-    colours, labels = row_colours(sec), style_names(rows)
-    fig, axes = plt.subplots(len(rows_of), len(groups), figsize=(5.6 * len(groups) + 0.6, 2.9 * len(rows_of) + 1.1),
-                             sharex="col", sharey=True, squeeze=False)
+    colours, labels = row_colours(sec), style_names(sec.rows)
+    ncol = min(len(groups), MAX_COLUMNS)
+    blocks = math.ceil(len(groups) / ncol)  # more groups than columns: further blocks of rows below
+    nrow = len(rows_of) * blocks
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.6 * ncol + 0.6, 2.9 * nrow + 1.1), sharey=True, squeeze=False)
     ys_all = [v for rk in rows for vs in data[rk].values() for v in vs]
     pad = (max(ys_all) - min(ys_all) or 1) * 0.04
     ylim = (min(ys_all) - pad, max(ys_all) + pad)
-    for j, group in enumerate(groups):
+    for g, group in enumerate(groups):
+        block, j = divmod(g, ncol)
         xs_col = sorted({x for rk in rows if cohort(rk) == group for x in data[rk]})  # this group's budget
         span = (xs_col[-1] - xs_col[0]) or 1
-        for i, (panel, members) in enumerate(rows_of.items()):
+        ticks = [t for t in MaxNLocator(integer=True).tick_values(xs_col[0], xs_col[-1])
+                 if xs_col[0] <= t <= xs_col[-1]]
+        for k, (panel, members) in enumerate(rows_of.items()):
+            i = block * len(rows_of) + k
             ax = axes[i][j]
             for rk in rows:  # context: the group's other methods
                 if cohort(rk) == group and rk not in members:
@@ -93,15 +102,20 @@ def curves(plt, sec: Section, setting: str, title: str):
                 ax.text(0.5, 0.5, "no runs", transform=ax.transAxes, ha="center", color="gray")
             ax.grid(alpha=0.3)
             ax.set_xlim(xs_col[0] - 0.02 * span, xs_col[-1] + 0.45 * span)
-            if i == 0:
+            ax.set_xticks(ticks)
+            if k == 0:
                 ax.set_title(names[group], fontsize=10)
             if j == 0:
                 ax.set_ylabel(f"{panel}\n{sec.metric}" + (" (%)" if fmt.percent else ""), fontsize=9)
-            if i == len(rows_of) - 1:
+            if k == len(rows_of) - 1:
                 ax.set_xlabel("round")
-        ticks = MaxNLocator(integer=True).tick_values(xs_col[0], xs_col[-1])
-        axes[0][j].set_xticks([t for t in ticks if xs_col[0] <= t <= xs_col[-1]])
+            else:
+                ax.tick_params(labelbottom=False)
+    for g in range(len(groups), blocks * ncol):  # the last block's empty columns
+        for k in range(len(rows_of)):
+            axes[(blocks - 1) * len(rows_of) + k][g % ncol].set_visible(False)
     axes[0][0].set_ylim(*ylim)
     _legend(fig)
-    fig.suptitle(f"{title}: learning curves, one column per group on its own round axis", fontsize=11, y=1.0, va="bottom")
+    fig.suptitle(f"{title}: learning curves, one column per group on its own round axis", fontsize=11, y=1.0,
+                 va="bottom")
     return fig
