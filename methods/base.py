@@ -250,8 +250,7 @@ class Method:
     needs_archs: ClassVar[tuple[str, ...]] = ()
     #: False (a lower reference): its payloads and uploads are empty by design
     communicates: ClassVar[bool] = True
-    #: its rule's version: bump it when a change gives its runs other results; recorded in
-    #: ``run.method_version``, hashed into the run id from 2 on (so existing ids stay)
+    #: bump when a change gives its runs other results: recorded (run.method_version), in the run id from 2 on
     version: ClassVar[int] = 1
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
