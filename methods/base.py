@@ -210,6 +210,7 @@ class Method:
       ``communicates``         False: exchanges nothing (local training only)
       ``family``               the section of the methods document it belongs to (plots draw a family together)
       ``STEP_HOOKS``           the local-training hooks that make a step a method's own (``plain_step``)
+      ``version``              its rule's version, recorded in ``run.method_version`` (bump on a rule change)
     Planning
       ``resolve_config``       (classmethod) config defaults that depend on the task kind
       ``proxy_size_for``       (classmethod) held-out examples the server uses as its proxy set
@@ -263,6 +264,8 @@ class Method:
     #: own (``plain_step`` False), which executors run client by client, never packed. A new
     #: hook of that kind is added here, and every executor follows.
     STEP_HOOKS: ClassVar[tuple[str, ...]] = ("client_loss", "local_loss", "client_statistics")
+    #: bump when a change gives its runs other results: recorded (run.method_version), in the run id from 2 on
+    version: ClassVar[int] = 1
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config
