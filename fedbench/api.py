@@ -15,7 +15,6 @@ returned) unless ``force=True``.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping, Sequence
 
 
@@ -27,7 +26,7 @@ def run(method: str, task: str, *, method_config: Mapping[str, Any] | None = Non
     ``results``). ``callbacks``: :class:`~fedbench.runners.outputs.callbacks.Callback` objects (a
     logger, a tracker) that see every round; the built-in trackers and the saved model are
     run fields like any other: ``log=["tensorboard"]``, ``save_model=True``."""
-    from fedbench.records import is_finished, prepare_out_dir
+    from fedbench.records import is_finished, prepare_out_dir, read_record_file
     from fedbench.runners.cli.launch import execute
     from fedbench.runners.core.spec import build_spec
 
@@ -35,7 +34,7 @@ def run(method: str, task: str, *, method_config: Mapping[str, Any] | None = Non
     prepare_out_dir(spec.run.out)
     path = spec.record_path()
     if is_finished(path) and not force:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_record_file(path)  # an older record in the current shape
     rec, _ = execute(spec, progress, list(callbacks))
     return rec
 
@@ -43,7 +42,7 @@ def run(method: str, task: str, *, method_config: Mapping[str, Any] | None = Non
 def sweep(preset: str, *, out: str | None = None, progress: bool = False) -> list[dict]:
     """Run every run of the sweep ``preset`` (a YAML file, as ``fedbench sweep``) that has
     no finished record, one after another; returns every run's record, in preset order."""
-    from fedbench.records import is_finished, prepare_out_dir
+    from fedbench.records import is_finished, prepare_out_dir, read_record_file
     from fedbench.runners.cli.launch import execute
     from fedbench.runners.core.sweep import load_sweep
 
@@ -54,7 +53,7 @@ def sweep(preset: str, *, out: str | None = None, progress: bool = False) -> lis
     for r in runs:
         path = r.spec.record_path()
         if is_finished(path):
-            recs.append(json.loads(path.read_text(encoding="utf-8")))
+            recs.append(read_record_file(path))
             continue
         rec, _ = execute(r.spec, progress, data_cache=cache)
         recs.append(rec)

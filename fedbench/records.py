@@ -1,7 +1,8 @@
 """Result records on disk: paths, atomic writes, reading a tree of records.
 
 The record's shape has one definition, :mod:`fedbench.schema` (re-exported here:
-``empty_record``, ``validate_record``, ``RecordError``).
+``empty_record``, ``validate_record``, ``RecordError``); older records are read in that
+shape through :func:`fedbench.upgrade.upgrade`.
 :func:`write_record` validates strictly and writes atomically; :func:`load_records`
 reads a tree of them (invalid files are skipped with a warning). Failed and cancelled
 records may carry NaN in memory; :func:`write_record` turns it into ``null``.
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbench.errors import UserError
+from fedbench.upgrade import upgrade
 from fedbench.schema import (
     SCHEMA_VERSION,
     STATUSES,
@@ -267,7 +269,8 @@ def read_record_file(path: str | os.PathLike) -> dict:
     reason for anything else: not a regular file (a directory, fifo, device, dangling
     link or symlink loop), larger than :data:`MAX_BYTES`, not UTF-8, not JSON, an integer
     too long to parse, nested too deeply, a number out of range, or not matching the
-    schema. A fifo or device is never opened (reading one could block forever)."""
+    schema. A record of an older schema version is returned upgraded
+    (:func:`~fedbench.upgrade.upgrade`). A fifo or device is never opened (reading one could block forever)."""
     try:
         st = os.stat(path)
     except OSError as err:
@@ -294,6 +297,7 @@ def read_record_file(path: str | os.PathLike) -> dict:
         raise RecordError(f"not readable JSON ({str(err).split(';')[0]})") from None
     try:
         _check_plain(rec)
+        rec = upgrade(rec)  # an older record in the current shape (the file is left as it is)
         validate_record(rec)
     except RecordError as err:
         raise RecordError(f"not a valid result record: {err}") from None

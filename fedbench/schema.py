@@ -1,10 +1,11 @@
-"""The result record's schema: its one definition (schema version 1).
+"""The result record's schema: its one definition (schema version 2).
 
 A record is the only thing leaderboards and plots read. Its shape::
 
     schema_version, status ("ok" | "failed" | "cancelled"), error
-    run      what ran: method, task, every resolved config field, setting, tiers, seed,
-             sampled clients, code version, ...
+    run      what ran: method, task, run_config / method_config / task_config (each config
+             field once), the versions (fedbench_version, method_version), tiers, sampled
+             clients, ...
     results  quality: metric_name, final, best, best_round, per_domain, extra, curve
              (+ initial, and for locally evaluated methods per_client and local)
     cost     tflops_per_step, peak_mem_gb, accounted_mem_gb, traffic, seconds
@@ -12,7 +13,7 @@ A record is the only thing leaderboards and plots read. Its shape::
 
 :data:`_SCHEMA` below defines every field once; :func:`empty_record` (the skeleton a
 runner fills in) and :func:`validate_record` (by hand, no jsonschema dependency) derive
-from it.
+from it. Records of schema version 1 are read through :func:`fedbench.upgrade.upgrade`.
 
 Conventions the validator enforces beyond "right key, right type":
 
@@ -20,7 +21,7 @@ Conventions the validator enforces beyond "right key, right type":
   but not ``bool``.
 * With ``status == "ok"``, no NaN or infinity may appear anywhere under ``results`` or
   ``cost``: a run whose loss went NaN must be recorded as ``"failed"``.
-* ``results.curve`` rounds strictly increase; ``run.rounds_completed <= run.rounds``.
+* ``results.curve`` rounds strictly increase; ``run.rounds_completed <= run.run_config.rounds``.
 * Reading, keys not in the schema are allowed (ignored) so newer writers stay readable;
   ``strict=True`` (what :func:`~fedbench.records.write_record` uses) refuses a
   field the schema does not define.
@@ -33,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATUSES = ("ok", "failed", "cancelled")
 PEAK_MEM_SOURCES = ("cuda", "accounted")
 
@@ -57,9 +58,10 @@ class RecordError(ValueError):
 
 
 class _Obj:
-    def __init__(self, fields: dict[str, Any], nullable: bool = False):
+    def __init__(self, fields: dict[str, Any], nullable: bool = False, open: bool = False):
         self.fields = fields
         self.nullable = nullable
+        self.open = open  # other keys are allowed even when validating strictly
 
 
 class _MapOf:
@@ -105,26 +107,32 @@ _SCHEMA = _Obj({
         "method_config": DICT,
         "task": STR,
         "task_config": DICT,
-        "run_config": _Opt(DICT),  # the resolved RunConfig fields of the run's identity (no runtime field)
-        # every field that can change a result (role "result"), dotted (lr, method.lora_r, task.seq_len):
-        # the leaderboard's row variant
-        "variant": _Opt(DICT),
+        # the run's config, each field once: every RunConfig field of the run's identity (roles result,
+        # axis and record; never a runtime field), resolved (the task's defaults filled in). The fields
+        # below are typed; the others are kept as written. The leaderboard's row variant is derived from
+        # run_config, method_config and task_config through the fields' roles (fedbench.config).
+        "run_config": _Obj({
+            "setting": STR,
+            "seed": INT,
+            "rounds": INT,
+            "roc": STR_N,
+            "capacities": _ListOf(INT, nullable=True),
+            "dynamic": BOOL,
+            "clients": INT_N,
+            "per_round": INT_N,
+            "local_epochs": INT,
+            "batch_size": INT,
+            "optimizer": STR,
+            "lr": NUM,
+        }, open=True),
+        # the method's rule version (Method.version, bumped when its rule changes); 1 before versions existed
+        "method_version": ("int", False, 1),
         # where a run that was resumed started again: the round its checkpoint held, and a
         # checkpoint that could not be read (moved aside; the run started over from round 0)
         "resume": _Opt(_Obj({"from_round": INT, "discarded_checkpoint": STR_N}, nullable=True)),
-        "setting": STR,
-        "roc": STR_N,
-        "capacities": _ListOf(INT, nullable=True),
-        "dynamic": BOOL,
-        "n_clients": INT,
-        "clients_per_round": INT,
-        "rounds": INT,
+        "n_clients": INT,  # as run: the setting may fix it (one client per domain), not run_config.clients
+        "clients_per_round": INT,  # as run (run_config.per_round: none = the default, min(10, n_clients))
         "rounds_completed": INT,
-        "local_epochs": INT,
-        "batch_size": INT,
-        "optimizer": STR,
-        "lr": NUM,
-        "seed": INT,
         "device": STR,
         "runner": STR,
         "created_at": STR,
@@ -185,24 +193,16 @@ _SCHEMA = _Obj({
                             nullable=True)),
     }),
     "cost": _Obj({
-        "tflops_per_step": _Obj({
-            "mean": NUM_N,
-            "forward_mean": NUM_N,
-            "backward_mean": NUM_N,
-            "by_tier": _MapOf(_Obj({"mean": NUM, "forward": NUM, "backward": NUM})),
-        }),
+        "tflops_per_step": _Obj({"mean": NUM_N, "forward_mean": NUM_N, "backward_mean": NUM_N,
+                                 "by_tier": _MapOf(_Obj({"mean": NUM, "forward": NUM, "backward": NUM}))}),
         "tflops_total": NUM_N,
         "server_tflops_total": NUM_N,
         "flops_source": STR,
         "peak_mem_gb": _MEAN_MAX_BY_TIER,
         "peak_mem_source": ("str", False, "accounted"),
         "accounted_mem_gb": _MEAN_MAX_BY_TIER,
-        "traffic_mb_per_client_round": _Obj({
-            "down": NUM_N,
-            "up": NUM_N,
-            "total": NUM_N,
-            "by_tier": _MapOf(_Obj({"down": NUM, "up": NUM, "total": NUM})),
-        }),
+        "traffic_mb_per_client_round": _Obj({"down": NUM_N, "up": NUM_N, "total": NUM_N,
+                                             "by_tier": _MapOf(_Obj({"down": NUM, "up": NUM, "total": NUM}))}),
         "traffic_mb_total": NUM_N,
         # label -> the same traffic with the down part counted another way (Method.traffic:
         # e.g. FLoRA's merged weights, FedRA's frozen blocks); the label says what is counted
@@ -252,20 +252,12 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
+_KIND_TYPES = {"int": int, "num": (int, float), "str": str, "bool": bool, "dict": dict, "list": list}
+
+
 def _is_kind(value: Any, kind: str) -> bool:
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "num":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "dict":
-        return isinstance(value, dict)
-    if kind == "list":
-        return isinstance(value, list)
-    raise AssertionError(kind)
+    """``value`` is of ``kind``; a bool is never an int or a number."""
+    return isinstance(value, _KIND_TYPES[kind]) and (kind == "bool" or not isinstance(value, bool))
 
 
 def join_path(path: str, key: str) -> str:
@@ -308,7 +300,7 @@ def _check(value: Any, spec: Any, path: str, strict: bool = False) -> None:
                 continue
             raise RecordError(f"{join_path(path, key)}: missing required key")
         _check(value[key], sub, join_path(path, key), strict)
-    if strict:
+    if strict and not spec.open:
         unknown = sorted(set(value) - set(spec.fields))
         if unknown:
             raise RecordError(f"{join_path(path, unknown[0])}: not a field of the record schema")
@@ -335,7 +327,7 @@ def validate_record(rec: dict, strict: bool = False) -> None:
 
     Checks, in this order: ``schema_version`` and ``status`` values, then every required
     key at every level with its type (schema order), then the cross-field rules (enum of
-    ``cost.peak_mem_source``, ``run.rounds_completed <= run.rounds``, curve rounds
+    ``cost.peak_mem_source``, ``run.rounds_completed <= run.run_config.rounds``, curve rounds
     strictly increasing), then, for ``status == "ok"``, that ``results`` and ``cost`` hold
     no NaN or infinity.
     """
@@ -360,12 +352,15 @@ def validate_record(rec: dict, strict: bool = False) -> None:
         raise RecordError(
             f"cost.peak_mem_source: expected one of {', '.join(map(repr, PEAK_MEM_SOURCES))}, got {source!r}")
     run = rec["run"]
-    for key in ("n_clients", "clients_per_round", "rounds", "rounds_completed", "local_epochs", "batch_size"):
-        if run[key] < 0:
-            raise RecordError(f"run.{key}: must be >= 0, got {run[key]}")
-    if run["rounds_completed"] > run["rounds"]:
-        raise RecordError(
-            f"run.rounds_completed: {run['rounds_completed']} exceeds run.rounds ({run['rounds']})")
+    rc = run["run_config"]
+    for key, value in (("n_clients", run["n_clients"]), ("clients_per_round", run["clients_per_round"]),
+                       ("rounds_completed", run["rounds_completed"]), ("run_config.rounds", rc["rounds"]),
+                       ("run_config.local_epochs", rc["local_epochs"]), ("run_config.batch_size", rc["batch_size"])):
+        if value < 0:
+            raise RecordError(f"run.{key}: must be >= 0, got {value}")
+    if run["rounds_completed"] > rc["rounds"]:
+        raise RecordError(f"run.rounds_completed: {run['rounds_completed']} exceeds run.run_config.rounds "
+                          f"({rc['rounds']})")
     curve = rec["results"]["curve"]
     for i in range(1, len(curve)):
         prev, cur = curve[i - 1]["round"], curve[i]["round"]

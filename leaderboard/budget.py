@@ -56,7 +56,7 @@ def _mean(xs):
 def _groups(recs: Sequence[dict]) -> dict[tuple[str, str, str], list[dict]]:
     g: dict = defaultdict(list)
     for r in recs:
-        g[(r["run"]["setting"], r["run"]["resource_label"], r["run"]["method"])].append(r)
+        g[(r["run"]["run_config"]["setting"], r["run"]["resource_label"], r["run"]["method"])].append(r)
     return dict(sorted(g.items()))
 
 
@@ -104,16 +104,17 @@ def plot_simtime(plt, records: Sequence[dict], task: str, out_dir: str | Path) -
     recs = [r for r in _timed(records) if r["run"]["task"] == task]
     by_setting: dict = defaultdict(list)
     for r in recs:
-        by_setting[r["run"]["setting"]].append(r)
+        by_setting[r["run"]["run_config"]["setting"]].append(r)
     paths = []
     for setting, rs in sorted(by_setting.items()):
         fig, ax = plt.subplots(figsize=(6, 4))
-        for r in sorted(rs, key=lambda r: (r["run"]["method"], r["run"]["resource_label"], r["run"]["seed"])):
+        for r in sorted(rs, key=lambda r: (r["run"]["method"], r["run"]["resource_label"],
+                                           r["run"]["run_config"]["seed"])):
             curve = r["results"]["curve"]
             pts = [(t, p["metric"]) for p, t in zip(curve, cumulative(curve, "sim_seconds")) if p["metric"] is not None]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=f"{r['run']['method']} ({r['run']['resource_label']}, "
-                                                       f"seed {r['run']['seed']})")
+                                                       f"seed {r['run']['run_config']['seed']})")
         ax.set_xlabel("simulated seconds (measured FLOPs and bytes at the devices' rates)")
         ax.set_ylabel(recs[0]["results"]["metric_name"])
         ax.set_title(f"{task}, {setting}: score against simulated time")

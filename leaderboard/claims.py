@@ -18,6 +18,7 @@ does not show a legible number; the claim's direction then comes from the block'
           - roc: "6:3:1"             # the records' resource label
             where: {clients: 10}     # optional: run/method fields the rows must have
             figures: {fed_hello: [67.00, 65.58], straggler: [56.82, 51.05]}
+            notes: {straggler: "..."}  # optional: about one method's row (shown on its claims only)
         not_testable: why            # optional: the records cannot test it
         command: fedbench run ...    # optional: how to run a missing cell ({a} {b} {setting} {roc})
         claim: ">"                   # the paper's direction where a figure is null
@@ -64,6 +65,7 @@ class Claim:
     not_testable: str | None  # why the committed records cannot test it
     command: str | None  # how to run a missing cell, with {a} {b} {setting} {roc} and the fields of ``where``
     figure_note: str  # what a null figure means (the block's ``figure_note``)
+    note: str | None = None  # about B's row of the paper's table (the group's ``notes``): shown on this claim only
 
     @property
     def paper_diff(self) -> float | None:
@@ -94,7 +96,7 @@ class Fix:
     def concerns(self, rec: dict) -> bool:
         """The record's method or setting is one the fix changed."""
         run = rec["run"]
-        setting = run["setting"]
+        setting = run["run_config"]["setting"]
         kinds = {setting} | ({"k/-"} if setting.endswith("/-") and setting[:-2].isdigit() else set())
         return run["method"] in self.methods or bool(kinds & set(self.settings))
 
@@ -130,6 +132,9 @@ def _block_claims(paper: str, block: dict, where: str) -> list[Claim]:
             raise UserError(f"{gw}: no figures of {method}")
         fields = tuple(sorted((k, json.dumps(v, sort_keys=True, separators=(",", ":")))
                               for k, v in (group.get("where") or {}).items()))
+        notes = group.get("notes") or {}
+        if not isinstance(notes, dict) or set(notes) - set(figures):
+            raise UserError(f"{gw}: notes must map methods of the group's figures to a text")
         for b, figs_b in figures.items():
             if b == method:
                 continue
@@ -149,7 +154,8 @@ def _block_claims(paper: str, block: dict, where: str) -> list[Claim]:
                 out.append(Claim(paper, str(table), str(task), str(method), str(b), roc, fields,
                                  str(group.get("paper_group", roc)), str(setting), str(column), fa, fb, sign,
                                  block.get("not_testable"), block.get("command"),
-                                 str(block.get("figure_note", "figure not legible in our copy"))))
+                                 str(block.get("figure_note", "figure not legible in our copy")),
+                                 None if notes.get(b) is None else str(notes[b])))
     return out
 
 
@@ -196,7 +202,7 @@ def find_row(sec: Section, method: str, roc: str, where: tuple, setting: str) ->
 
 def _has(recs, setting: str, where: tuple) -> bool:
     """Some of ``recs`` ran in ``setting``, and all of those have every (field, value) of ``where``."""
-    cell = [r for r in recs if r["run"]["setting"] == setting]
+    cell = [r for r in recs if r["run"]["run_config"]["setting"] == setting]
     return bool(cell) and all(has_fields(r, where) for r in cell)
 
 

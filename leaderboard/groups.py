@@ -6,14 +6,13 @@ runs of different variants are never averaged. A cell is (row, setting) and hold
 value per seed.
 
 * Which fields those are is each field's declared role (:mod:`fedbench.config`): only
-  fields whose role is ``result``. New records carry them as ``run.variant``, written by
-  the runner from the roles. Older records are read through the same roles: their
-  ``run.run_config`` fields whose :class:`~fedbench.configs.RunConfig` role is ``result``,
-  every method field, and the task fields whose :class:`~fedbench.configs.TaskConfig` role
-  is ``result`` (so never ``data_dir``, runtime, or ``eval_batch_size``, record-only);
-  fields the configs no longer declare are left out. Records older still, without
-  ``run.run_config``, fall back to ``run.lr, rounds, batch_size, optimizer, local_epochs,
-  dynamic`` and ``clients_per_round`` / ``n_clients``.
+  fields whose role is ``result``, read from the record's ``run.run_config`` (the
+  :class:`~fedbench.configs.RunConfig` fields whose role is ``result``; one added after the
+  record was written counts at its default), every method field (``run.method_config``),
+  the task fields whose :class:`~fedbench.configs.TaskConfig` role is ``result`` (so never
+  ``data_dir``, runtime, or ``eval_batch_size``, record-only), and the method's version
+  (``run.method_version``: runs of two versions of a rule are never averaged). Records of
+  older schema versions reach this module upgraded (:func:`fedbench.upgrade.upgrade`).
 * So never part of the variant: the seed (the cell's samples), the setting (the
   columns), the resource-label fields (the RoC column): their role is ``axis``; and what
   only changes the record or the run's execution (roles ``record``, ``runtime``).
@@ -41,15 +40,12 @@ __all__ = [
     "Section",
     "build_section",
     "raw_variant",
+    "row_names",
     "setting_sort_key",
     "show_value",
     "weak_strong_tiers",
 ]
 
-#: Record ``run`` keys used when a record has no ``run.run_config`` -> RunConfig name.
-FALLBACK_RUN_FIELDS = {"lr": "lr", "rounds": "rounds", "batch_size": "batch_size", "optimizer": "optimizer",
-                       "local_epochs": "local_epochs", "clients_per_round": "per_round", "n_clients": "clients",
-                       "dynamic": "dynamic"}
 _DASH = "-"
 
 Variant = tuple  # sorted ((field name, canonical JSON value), ...)
@@ -67,8 +63,8 @@ def _canon(value) -> str:
 
 
 def _added_later(have) -> dict:
-    """The run fields of role ``result`` missing from ``have`` (a record's whole run config or
-    variant), at their defaults: a field added after the record was written ran at its
+    """The run fields of role ``result`` missing from ``have`` (a record's run config), at
+    their defaults: a field added after the record was written ran at its
     default (the rule that keeps run ids stable, :func:`fedbench.config.without_defaults`)."""
     return {s.name: s.default for s in field_specs(RunConfig) if s.role == RESULT and s.name not in have}
 
@@ -76,23 +72,18 @@ def _added_later(have) -> dict:
 def raw_variant(rec: dict) -> dict[str, str]:
     """{field: canonical JSON value} of everything in ``rec`` that can change a result (the
     fields whose role is ``result``). Run fields keep their RunConfig name (``lr``), method
-    and task fields get a prefix (``method.lora_r``, ``task.seq_len``)."""
+    and task fields get a prefix (``method.lora_r``, ``task.seq_len``), the method's version
+    is ``method_version``."""
     run = rec["run"]
-    if isinstance(run.get("variant"), dict) and run["variant"]:  # written by the runner from the roles
-        return {k: _canon(v) for k, v in {**_added_later(run["variant"]), **run["variant"]}.items()}
-    rc = run.get("run_config")
-    if isinstance(rc, dict) and rc:  # an empty one: a record whose runner did not fill it
-        given = values_with_roles(RunConfig, rc, (RESULT,))
-        items = {**_added_later(given), **given}.items()
-    else:
-        items = ((new, run[old]) for old, new in FALLBACK_RUN_FIELDS.items() if old in run)
-    out = {k: _canon(v) for k, v in items}
-    for k, v in (run.get("method_config") or {}).items():
+    given = values_with_roles(RunConfig, run["run_config"], (RESULT,))
+    out = {k: _canon(v) for k, v in {**_added_later(given), **given}.items()}
+    for k, v in run["method_config"].items():
         out[f"method.{k}"] = _canon(v)
     not_results = {f.name for f in field_specs(TaskConfig) if f.role != RESULT}
-    for k, v in (run.get("task_config") or {}).items():
+    for k, v in run["task_config"].items():
         if k not in not_results:
             out[f"task.{k}"] = _canon(v)
+    out["method_version"] = _canon(run["method_version"])
     return out
 
 
@@ -141,21 +132,23 @@ class Section:
         return self._row_of[id(rec)]
 
 
-def _row_names(rows: list[RowKey]) -> dict[RowKey, str]:
-    by_ml: dict = defaultdict(list)
+def row_names(rows: Sequence[RowKey], hidden: Sequence[str] = ()) -> dict[RowKey, str]:
+    """Row -> its name: the method, plus every variant field in which the method's rows
+    differ anywhere in ``rows`` (under any resource label), as ``field=value``, so each row
+    of a method that was run in several variants names its variant wherever it appears
+    (``fedavg (lr=0.01)``, ``fed_plora (method.budget=layers)``). ``hidden``: fields not
+    named (a table's heading names them)."""
+    by_method: dict = defaultdict(list)
     for rk in rows:
-        by_ml[(rk.method, rk.label)].append(rk)
+        by_method[rk.method].append(rk)
     names = {}
-    for group in by_ml.values():
-        if len(group) == 1:
-            names[group[0]] = group[0].method
-            continue
+    for method, group in by_method.items():
         dicts = [dict(rk.variant) for rk in group]
-        keys = sorted({k for d in dicts for k in d})
+        keys = sorted({k for d in dicts for k in d} - set(hidden))
         differ = [k for k in keys if len({d.get(k) for d in dicts}) > 1]
         for rk, d in zip(group, dicts):
             parts = [f"{k}={show_value(d[k]) if k in d else _DASH}" for k in differ]
-            names[rk] = f"{rk.method} ({', '.join(parts)})"
+            names[rk] = method + (f" ({', '.join(parts)})" if parts else "")
     return names
 
 
@@ -174,21 +167,22 @@ def _per_seed(task: str, metric: str, values: dict, what: str) -> dict:
 
 def build_section(task: str, metric: str, recs: Sequence[dict], scale: float = 1.0) -> Section:
     """Group the ok records of one task and metric. Quality values are multiplied by ``scale``."""
-    recs = sorted(recs, key=lambda r: (r["run"]["setting"], r["run"]["seed"], r["run"]["run_id"]))
+    recs = sorted(recs, key=lambda r: (r["run"]["run_config"]["setting"], r["run"]["run_config"]["seed"],
+                                       r["run"]["run_id"]))
     raw = [raw_variant(r) for r in recs]
     # Drop fields fixed by the setting: one value per setting in this table.
     keys = sorted({k for v in raw for k in v})
     per_setting: dict = defaultdict(lambda: defaultdict(set))  # field -> setting -> values
     for r, v in zip(recs, raw):
         for k in keys:
-            per_setting[k][r["run"]["setting"]].add(v.get(k))
+            per_setting[k][r["run"]["run_config"]["setting"]].add(v.get(k))
     fixed = {k for k in keys if all(len(vals) == 1 for vals in per_setting[k].values())}
     row_of: dict[int, RowKey] = {}
     for r, v in zip(recs, raw):
         variant = tuple(sorted((k, val) for k, val in v.items() if k not in fixed))
         row_of[id(r)] = RowKey(r["run"]["method"], r["run"].get("resource_label") or _DASH, variant)
     rows = sorted(set(row_of.values()))
-    settings = sorted({r["run"]["setting"] for r in recs}, key=setting_sort_key)
+    settings = sorted({r["run"]["run_config"]["setting"] for r in recs}, key=setting_sort_key)
     varying = sorted({k for rk in rows for k, _ in rk.variant if not k.startswith("method.")
                       and len({dict(r.variant).get(k) for r in rows}) > 1})
 
@@ -198,8 +192,9 @@ def build_section(task: str, metric: str, recs: Sequence[dict], scale: float = 1
         rk = row_of[id(r)]
         runs[rk].append(r)
         if r["results"]["final"] is not None:
-            pairs[(rk, r["run"]["setting"])].append((r["run"]["seed"], r["results"]["final"] * scale))
-    sec = Section(task, metric, recs, rows, _row_names(rows), settings,
+            rc = r["run"]["run_config"]
+            pairs[(rk, rc["setting"])].append((rc["seed"], r["results"]["final"] * scale))
+    sec = Section(task, metric, recs, rows, row_names(rows), settings,
                   cells=_per_seed(task, metric, pairs, "setting"), runs=dict(runs), varying=varying)
     sec._row_of = row_of
     return sec
@@ -207,11 +202,11 @@ def build_section(task: str, metric: str, recs: Sequence[dict], scale: float = 1
 
 def per_domain_cells(sec: Section, setting: str, scale: float = 1.0) -> tuple[list[RowKey], list[str], dict]:
     """Rows, domains and cells ((row, domain) -> {seed: value}) of one setting's per-domain results."""
-    recs = [r for r in sec.records if r["run"]["setting"] == setting and r["results"]["per_domain"]]
+    recs = [r for r in sec.records if r["run"]["run_config"]["setting"] == setting and r["results"]["per_domain"]]
     pairs: dict = defaultdict(list)
     for r in recs:
         for d, v in r["results"]["per_domain"].items():
-            pairs[(sec.row_of(r), d)].append((r["run"]["seed"], v * scale))
+            pairs[(sec.row_of(r), d)].append((r["run"]["run_config"]["seed"], v * scale))
     rows = sorted({sec.row_of(r) for r in recs})
     domains = sorted({d for r in recs for d in r["results"]["per_domain"]})
     return rows, domains, _per_seed(sec.task, sec.metric, pairs, f"setting {setting} domain")
@@ -223,6 +218,7 @@ def worst_client_cells(sec: Section, scale: float = 1.0) -> tuple[list[RowKey], 
     recs = [r for r in sec.records if (r["results"].get("local") or {}).get("min") is not None]
     pairs: dict = defaultdict(list)
     for r in recs:
-        pairs[(sec.row_of(r), r["run"]["setting"])].append((r["run"]["seed"], r["results"]["local"]["min"] * scale))
+        rc = r["run"]["run_config"]
+        pairs[(sec.row_of(r), rc["setting"])].append((rc["seed"], r["results"]["local"]["min"] * scale))
     rows = sorted({sec.row_of(r) for r in recs})
     return rows, _per_seed(sec.task, sec.metric, pairs, "worst client, setting")

@@ -13,7 +13,7 @@ from fedbench.units import MB, format_bytes, mem_source_label
 __all__ = ["DAGGER_NOTE", "MEM_NOTES", "merge_facts", "task_notes"]
 
 DAGGER_NOTE = (
-    "†: significantly behind the best row of its cohort in that column (the first bold one) by a two-sided "
+    "†: significantly behind the best row of its group in that column (the first bold one) by a two-sided "
     "paired t-test at the 5% level over the seeds both have (pairs: same seed, so same data split and "
     "initialisation); the number after † is the mean paired difference, this row minus the best. One test per "
     "cell, not corrected for the many cells of the table (some † are expected by chance); for a claim about "
@@ -60,41 +60,40 @@ def _names(items) -> str:
 def _quality_notes(facts: dict, varying: set) -> list[str]:
     fed = ", ".join(f"`{k}`" for k in sorted(FEDERATION_FIELDS))
     budget = ", ".join(f"`{k}`" for k in sorted(BUDGET_FIELDS))
-    cohorts = facts["cohorts"]
-    bold = ("**Bold**: the best mean of its column within the row's cohort, ties all bold; Avg likewise. A cohort "
-            f"is the rows with the same RoC, federation ({fed}), budget ({budget}) and task config: the table ranks "
-            "methods within one resource ratio, federation and budget, as the papers' tables do.")
-    if cohorts:
-        bold += (f" This table has {len(cohorts)} cohorts ({'; '.join(esc(c) for c in cohorts)}), so a column "
-                 "has one bold value per cohort.")
-    notes = [
+    budgets = facts["budgets"]
+    tables = (f"Tables: one per budget (federation: {fed}; training budget: {budget}; task config) and, within "
+              "it, one per RoC group, as the papers' tables compare methods within one resource ratio, "
+              "federation and budget; rows are ranked by Avg within their group (rows missing a setting last, "
+              "by the mean of the cells they have).")
+    if budgets:
+        tables += (f" This task has {len(budgets)} budgets, each under its own heading: "
+                   f"{'; '.join(esc(b) for b in budgets)}.")
+    bold = "**Bold**: the best mean of its column (and Avg) within its group, ties all bold"
+    if facts["best"]:
+        bold += (f"; a highest mean, not a significant win: {facts['unclear']} of the {facts['best']} bold cells "
+                 "that have a runner-up in their group do not beat it beyond their own 95% CI (an Avg has no CI; "
+                 "only † marks a tested difference)." if facts["unclear"] else
+                 f"; each of the {facts['best']} bold cells that have a runner-up in their group beats it beyond "
+                 "its own 95% CI (an Avg has no CI; only † marks a tested difference).")
+    else:
+        bold += "."
+    return [
         "Quality: `results.final` of each run (the global model; personalised methods report the mean "
         "of client-local metrics); percentage metrics are shown x100. A cell with several seeds shows "
         "`mean ± h (n)`: the mean over n seeds ± the half-width of its 95% confidence interval, "
         "t(0.975, n-1) · s / √n with the sample standard deviation s.",
+        tables,
         bold,
-    ]
-    if facts["best"]:
-        if facts["unclear"]:
-            notes.append(f"Bold marks the highest mean, not a significant win: {facts['unclear']} of the "
-                         f"{facts['best']} bold cells that have a runner-up in their cohort do not beat it beyond "
-                         "their own 95% CI (the runner-up's mean lies inside it, or one seed gives no CI). An "
-                         "Avg has no CI. Only † marks a tested difference.")
-        else:
-            notes.append(f"Each of the {facts['best']} bold cells that have a runner-up in their cohort beats "
-                         "it beyond its own 95% CI (an Avg has no CI); only † marks a tested difference.")
-    notes += [
         DAGGER_NOTE,
         "Avg: mean over the row's setting columns (per-domain tables: over domains)."
         + (" `-`: the row has no result for some setting, so no average." if facts["avg_missing"] else ""),
         "RoC: the run's resource label (`--roc` ratio, `--capacities` list, or `-` for none).",
         "Rows: one per method, RoC and config variant (method, task and run config except seed, setting, "
         "resource label and fields that cannot change a result); runs with different configs are never "
-        "averaged: a method with several variants gets one row each, named by the fields that differ, "
-        "e.g. `fedavg (lr=0.01)`."
+        "averaged: a method run in several variants names, in every row, the fields in which its rows "
+        "differ, e.g. `fedavg (lr=0.01)` (a budget's fields are in its heading)."
         + (f" Run/task config fields that differ between rows: {_names(sorted(varying))}." if varying else ""),
     ]
-    return notes
 
 
 def _cost_notes(facts: dict) -> list[str]:
@@ -112,7 +111,8 @@ def _cost_notes(facts: dict) -> list[str]:
         "s/round = wall seconds per round without evaluation; Eval s/round = seconds of one evaluation "
         "(`run.eval_every` sets how often); Server TFLOPs / Server s = the server's extra work over the "
         "whole run.",
-        "Pareto ✓: within the row's cohort, no other row is at least as good on both Avg and weakest-tier "
+        "Pareto ✓: within the row's group (its RoC in its budget), no other row is at least as good on both Avg and "
+        "weakest-tier "
         "TFLOPs/step and strictly better on one (rows without either are not compared). Like bold it compares "
         "means: a ✓ row need not beat the rows it dominates beyond their CIs.",
     ]

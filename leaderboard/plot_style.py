@@ -1,9 +1,11 @@
-"""What the plots share: the small-multiple layout by method family, colours, markers,
-titles and the placement of direct labels. Pure Python (no matplotlib), so it is tested
-without drawing."""
+"""What the plots share: the small-multiple layout by method family (a family of many
+methods split over several panels), colours, titles and the placement of direct labels in a
+margin beside the data, off every marker. No matplotlib import (the drawing functions take
+an axes object), so it is tested without drawing."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Sequence
 
@@ -12,8 +14,8 @@ from fedbench.leaderboard.groups import RowKey, Section, show_value
 from fedbench.leaderboard.settings import describe_setting
 from fedbench.leaderboard.table import COHORT_FIELDS, cohort
 
-__all__ = ["CONTEXT", "MARKERS", "PALETTE", "by_family", "cohort_markers", "row_colours", "spread", "style_key",
-           "style_names", "title"]
+__all__ = ["CONTEXT", "FAMILY_COLOURS", "MARKERS", "MAX_LINES", "PALETTE", "by_family", "cohort_markers",
+           "family_colours", "label_margin", "panels", "row_colours", "spread", "style_key", "style_names", "title"]
 
 #: Distinct colours for the methods of one panel (tab10 without its grey, which marks context).
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
@@ -21,6 +23,11 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 CONTEXT = "#c8c8c8"
 #: One marker per cohort (resource ratio and federation) in the quality-vs-cost plots.
 MARKERS = ("o", "^", "s", "D", "v", "P")
+#: The most methods (config variants) one panel of learning curves draws in colour: a larger
+#: family is split over several panels, so its lines do not pile up.
+MAX_LINES = 4
+#: One colour per method family in the quality-vs-cost plots (in family order).
+FAMILY_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
 def style_key(rk: RowKey) -> tuple:
@@ -36,6 +43,42 @@ def by_family(rows: Sequence[RowKey]) -> dict[str, list[RowKey]]:
     for rk in rows:
         groups[family_of(rk.method)].append(rk)
     return {f: groups[f] for f in families_in(rk.method for rk in rows)}
+
+
+def panels(rows: Sequence[RowKey], most: int = MAX_LINES) -> dict[str, list[RowKey]]:
+    """:func:`by_family`, a family with more than ``most`` methods (:func:`style_key`) split
+    into panels of at most ``most`` each, as even as can be, its methods by key:
+    ``Fed-HeLLo (1 of 2)``, ..."""
+    out = {}
+    for family, members in by_family(rows).items():
+        keys = sorted(dict.fromkeys(style_key(rk) for rk in members))
+        size = math.ceil(len(keys) / math.ceil(len(keys) / most))  # balanced: 5 -> 3 + 2, 7 -> 4 + 3
+        chunks = [keys[i:i + size] for i in range(0, len(keys), size)]
+        for n, chunk in enumerate(chunks):
+            name = family if len(chunks) == 1 else f"{family} ({n + 1} of {len(chunks)})"
+            out[name] = [rk for rk in members if style_key(rk) in chunk]
+    return out
+
+
+def family_colours(rows: Sequence[RowKey]) -> dict[str, str]:
+    """Family -> its colour (:data:`FAMILY_COLOURS`, in family order)."""
+    return {f: FAMILY_COLOURS[i % len(FAMILY_COLOURS)] for i, f in enumerate(by_family(rows))}
+
+
+def label_margin(ax, ends: Sequence[tuple[float, float, str, str]], x_text: float, lo: float, hi: float,
+                 fontsize: float = 7.5) -> None:
+    """Name points in a margin: each ``(x, y, text, colour)`` of ``ends`` gets its text at
+    ``x_text`` (right of every point of the panel, so no text covers a marker), at a height
+    :func:`spread` keeps a line of text apart from the next within ``[lo, hi]`` (the panel's
+    y range; the gap follows the panel's drawn height), with a thin leader line from the point."""
+    fig = ax.get_figure()
+    height_in = max(ax.get_position().height * fig.get_figheight(), 0.5)
+    gap = (hi - lo) * (fontsize * 1.35 / 72) / height_in  # one line of text, in data units
+    for (x, y, text, colour), ly in zip(ends, spread([e[1] for e in ends], gap, lo + gap / 2, hi - gap / 2)):
+        ax.annotate(text, (x, y), xytext=(x_text, ly), textcoords="data", fontsize=fontsize, color=colour,
+                    va="center", ha="left", annotation_clip=False,
+                    arrowprops={"arrowstyle": "-", "color": colour, "linewidth": 0.5, "alpha": 0.6,
+                                "shrinkA": 0, "shrinkB": 2})
 
 
 def row_colours(sec: Section) -> dict[RowKey, tuple[str, str]]:
@@ -58,7 +101,8 @@ def cohort_markers(rows: Sequence[RowKey]) -> dict[tuple, str]:
 
 def style_names(rows: Sequence[RowKey]) -> dict[tuple, str]:
     """:func:`style_key` -> its name in the plots: the method, plus the config fields that
-    tell its style keys apart (``fedavg (lr=0.01)``)."""
+    tell its style keys apart (``fedavg (lr=0.01)``; a method field without its ``method.``
+    prefix: ``fed_plora (budget=layers)``)."""
     keys = list(dict.fromkeys(style_key(rk) for rk in rows))
     by_method = defaultdict(list)
     for k in keys:
@@ -68,7 +112,7 @@ def style_names(rows: Sequence[RowKey]) -> dict[tuple, str]:
         dicts = [dict(k[1]) for k in ks]
         differ = sorted(f for f in {f for d in dicts for f in d} if len({d.get(f) for d in dicts}) > 1)
         for k, d in zip(ks, dicts):
-            parts = [f"{f}={show_value(d[f]) if f in d else '-'}" for f in differ]
+            parts = [f"{f.removeprefix('method.')}={show_value(d[f]) if f in d else '-'}" for f in differ]
             names[k] = method + (f" ({', '.join(parts)})" if parts else "")
     return names
 

@@ -5,15 +5,18 @@ with several metrics in a task ``<setting>-<metric>_<kind>.png``):
 
 * ``curves``: learning curves (:mod:`~fedbench.leaderboard.plot_curves`), only where a run
   has :data:`~fedbench.leaderboard.plot_curves.MIN_CURVE_POINTS` evaluated rounds;
-* ``pareto``: quality against the weakest tier's costs with each cohort's Pareto front;
+* ``pareto``: quality against the weakest tier's costs with each group's Pareto front;
 * ``tiers``: per-tier costs of every row (both :mod:`~fedbench.leaderboard.plot_costs`);
 * ``simtime``: score against simulated seconds, for ``--devices`` records
   (:mod:`~fedbench.leaderboard.budget`).
 
-Crowded sections stay readable: curves and pareto are small multiples, one row of
-panels per method family (:mod:`~fedbench.leaderboard.families`), with distinct colours
-within a panel and the methods named on the plot, not in a legend. Titles say what the
-setting means (``2/- (2 classes per client, equal shares)``).
+Crowded sections stay readable: the curves are small multiples, one row of panels per
+method family (:mod:`~fedbench.leaderboard.families`; a family of many methods over several
+rows) and one column per group, each on the round axis of its own budget; the pareto plot
+has one row per group on its own quality axis, points coloured by family. Methods are named
+in a margin right of every point (no name covers a marker), and one legend says what the
+colours and marks mean. Titles say what the setting means (``2/- (2 classes per client,
+equal shares)``).
 
 matplotlib is imported lazily with the Agg backend, so the rest of the leaderboard (and
 importing this module) works without it.

@@ -4,6 +4,7 @@ front. Used by the markdown renderer and by the CSV/JSON export alike."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -12,7 +13,8 @@ from fedbench.leaderboard.groups import RowKey, Section, show_value, weak_strong
 from fedbench.leaderboard.stats import PairedTest, ci_half_width, mean, paired_t_test, pareto_front
 
 __all__ = ["BUDGET_FIELDS", "COHORT_FIELDS", "COSTS", "FEDERATION_FIELDS", "PARETO_COST", "CellStat", "Cost",
-           "QualityTable", "cohort", "cohort_names", "idle_weak_tier", "mem_sources", "weak_tier_idle", "pareto_rows",
+           "QualityTable", "budget", "budget_names", "cohort", "cohort_names", "idle_weak_tier", "mem_sources",
+           "pareto_rows", "ranked", "value_key", "weak_tier_idle",
            "quality_table", "row_costs"]
 
 
@@ -57,17 +59,64 @@ def cohort(rk: RowKey) -> tuple:
     return (rk.label,) + tuple((k, v) for k, v in rk.variant if k in COHORT_FIELDS or k.startswith("task."))
 
 
+def budget(rk: RowKey) -> tuple:
+    """The row's budget: its :func:`cohort` without the resource label (federation, rounds,
+    task config). A table holds the rows of one budget; within it, each resource label is a
+    group ranked on its own."""
+    return cohort(rk)[1:]
+
+
+def value_key(canon: str) -> tuple:
+    """Sort key of a variant value (canonical JSON): none first, then numbers by value, then text."""
+    v = json.loads(canon)
+    if v is None:
+        return (0, 0.0, "")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (1, float(v), "")
+    return (2, 0.0, canon)
+
+
+def _order(fields: tuple) -> list:
+    """Sort key of ((field, canonical JSON value), ...): by each field's value, numbers by size."""
+    return [(k, value_key(v)) for k, v in fields]
+
+
+def _differing(groups: Sequence[tuple]) -> dict[tuple, str]:
+    """Each of ``groups`` (tuples of (field, canonical JSON value)) -> the fields that differ
+    between them, ``rounds=50, clients=10`` (``""`` when none differs)."""
+    fields = sorted({k for g in groups for k, _ in g})
+    differ = [k for k in fields if len({dict(g).get(k) for g in groups}) > 1]
+    return {g: ", ".join(f"{k}={show_value(dict(g)[k]) if k in dict(g) else '-'}" for k in differ) for g in groups}
+
+
+def budget_names(rows: Sequence[RowKey]) -> dict[tuple, str]:
+    """Budget -> its name: the fields that differ between the budgets of ``rows``
+    (``rounds=50``, ``clients=10, per_round=10, rounds=70``); ``""`` when all rows share one.
+    In table order: by each field's value, numbers by size (``rounds=10`` before ``rounds=250``)."""
+    return _differing(sorted({budget(rk) for rk in rows}, key=_order))
+
+
+def ranked(q: QualityTable, rows: Sequence[RowKey], *, lower_better: bool) -> list[RowKey]:
+    """``rows`` (of one group) best first: by Avg, then the rows without an Avg (a setting
+    missing) by the mean of the cells they have; ties in the given order."""
+    sign = 1.0 if lower_better else -1.0
+
+    def key(rk: RowKey) -> tuple:
+        if rk in q.avgs:
+            return 0, sign * q.avgs[rk]
+        means = [q.cells[(rk, c)].mean for c in q.columns if (rk, c) in q.cells]
+        return 1, sign * mean(means) if means else math.inf
+
+    return sorted(rows, key=key)
+
+
 def cohort_names(rows: Sequence[RowKey]) -> dict[tuple, str]:
-    """Cohort -> its name in the notes and plots: ``RoC <label>`` and the federation or
-    task fields that differ between the cohorts of ``rows`` (``RoC -, clients=10``)."""
-    groups = sorted({cohort(rk) for rk in rows})
-    fields = sorted({k for g in groups for k, _ in g[1:]})
-    differ = [k for k in fields if len({dict(g[1:]).get(k) for g in groups}) > 1]
-    names = {}
-    for g in groups:
-        d = dict(g[1:])
-        names[g] = ", ".join([f"RoC {g[0]}"] + [f"{k}={show_value(d[k]) if k in d else '-'}" for k in differ])
-    return names
+    """Cohort -> its name in the plots: ``RoC <label>`` and the federation, budget or task
+    fields that differ between the cohorts of ``rows`` (``RoC -, clients=10, rounds=70``); in
+    order: by label, then by each field's value (numbers by size)."""
+    groups = sorted({cohort(rk) for rk in rows}, key=lambda g: (g[0], _order(g[1:])))
+    rest = _differing([g[1:] for g in groups])
+    return {g: ", ".join([f"RoC {g[0]}"] + ([rest[g[1:]]] if rest[g[1:]] else [])) for g in groups}
 
 
 def quality_table(rows: Sequence[RowKey], columns: Sequence[str], values: dict, *, lower_better: bool,

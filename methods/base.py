@@ -223,6 +223,7 @@ class Method:
       ``STEP_HOOKS``           the local-training hooks that make a step a method's own (``plain_step``)
       ``step_overrides``       (classmethod) the hooks of ``STEP_HOOKS`` it overrides
       ``plain_step``           (classmethod) none overridden: its step is the task's own (executors may pack it)
+      ``version``              its rule's version, recorded in ``run.method_version`` (bump on a rule change)
     Planning
       ``resolve_config``       (classmethod) config defaults that depend on the task kind
       ``proxy_size_for``       (classmethod) held-out examples the server uses as its proxy set
@@ -279,6 +280,8 @@ class Method:
     #: own (``plain_step`` False), which executors run client by client, never packed. A new
     #: hook of that kind is added here, and every executor follows.
     STEP_HOOKS: ClassVar[tuple[str, ...]] = ("client_loss", "local_loss", "client_statistics")
+    #: bump when a change gives its runs other results: recorded (run.method_version), in the run id from 2 on
+    version: ClassVar[int] = 1
 
     def __init__(self, config: MethodConfig, ctx: MethodContext):
         self.config = config

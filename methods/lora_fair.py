@@ -65,6 +65,7 @@ class LoRAFair(Method):
     steps per module are metered.
     """
     family = "LoRA aggregation (2024-2026)"
+    version = 2  # 2: the scale-free solve (dB in units of |dW| / |A_bar|); 1 solved in absolute units
 
     config_cls = LoRAFairConfig
 

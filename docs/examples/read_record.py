@@ -1,11 +1,15 @@
-import json
 from pathlib import Path
 
-path = next(Path("results/tiny_vision/fedra").glob("*.json"))
-rec = json.loads(path.read_text())
-run, res, cost = rec["run"], rec["results"], rec["cost"]
+from fedbench.records import read_record_file
 
-print(rec["status"], run["run_id"], run["method"], run["task"], run["setting"], run["resource_label"])
+path = next(Path("results/tiny_vision/fedra").glob("*.json"))
+rec = read_record_file(path)  # validated, and an older record upgraded to the current schema
+run, res, cost = rec["run"], rec["results"], rec["cost"]
+config = run["run_config"]
+
+print(rec["status"], run["run_id"], run["method"], run["task"], config["setting"], run["resource_label"])
+print(f"fedbench {run['fedbench_version']}, {run['method']} rule version {run['method_version']}, "
+      f"{config['rounds']} rounds, seed {config['seed']}")
 print(f"{res['metric_name']} final {res['final']:.4f}, best {res['best']:.4f} at round {res['best_round']}")
 for point in res["curve"]:
     print(f"  round {point['round']}: {point['metric']:.4f} (train loss {point['train_loss']:.3f})")

@@ -68,8 +68,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedbench.version import __version__
+
     p = _Parser(prog="fedbench", description="Benchmark suite for heterogeneous federated PEFT")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    p.add_argument("--version", action="version", version=f"fedbench {__version__}",
+                   help="print the suite's version (the one every record it writes names) and exit")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     ls = sub.add_parser("list", help="list methods and tasks with one-line descriptions")
     ls.add_argument("what", nargs="?", choices=["methods", "tasks", "run", "all"], default="all")
@@ -105,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
     ex = sub.add_parser("export", help="the leaderboard tables as CSV and JSON")
     ex.add_argument("--records", default="results", help="records directory (default: results)")
-    ex.add_argument("--out", default="results/leaderboard", help="output directory (default: results/leaderboard)")
+    ex.add_argument("--out", help="output directory, never inside the records folder (default: beside it, "
+                    "<records>-export)")
     ex.add_argument("--per", choices=["cell", "run"], default="cell", help="one row per cell (default) or per run")
     from fedbench.runners.cli.plan_args import add_parser as add_plan_parser
 

@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 
 def summary_line(rec: dict, path: Path) -> str:
     run, res, cost = rec["run"], rec["results"], rec["cost"]
+    rc = run["run_config"]
 
     def f(x, spec):
         return "-" if x is None else format(x, spec)
 
-    head = f"{run['method']} on {run['task']} [{run['setting']}, {run['resource_label']}, seed {run['seed']}]"
+    head = f"{run['method']} on {run['task']} [{rc['setting']}, {run['resource_label']}, seed {rc['seed']}]"
     if rec["status"] != "ok":
-        return f"{head}: {rec['status'].upper()} after {run['rounds_completed']}/{run['rounds']} rounds: {rec['error']} -> {path}"
+        return f"{head}: {rec['status'].upper()} after {run['rounds_completed']}/{rc['rounds']} rounds: {rec['error']} -> {path}"
     best = f"best {f(res['best'], '.4f')} @ r{res['best_round']}" if res["best"] is not None else ""
     if res.get("initial"):
         best += f", initial {f(res['initial']['metric'], '.4f')}"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from fedbench.version import __version__
+from fedbench.version import RUN_ID_VERSION
 from fedbench import records
 from fedbench.config import IDENTITY_ROLES, RESULT, config_to_dict, values_with_roles, without_defaults
 from fedbench.configs import RunConfig, eval_period
@@ -110,14 +110,19 @@ class RunSpec:
     def run_id(self) -> str:
         """A hash of the method and task keys, every identity field that differs from its
         declared default (:func:`~fedbench.config.without_defaults`: a new field at its
-        default changes no existing id) and the code version."""
+        default changes no existing id), the suite version run ids hash
+        (:data:`~fedbench.version.RUN_ID_VERSION`, frozen: a release renames no finished run)
+        and the method's ``version`` from 2 on (a bumped rule gets new ids; 1 adds nothing,
+        like a field at its default)."""
         c = self.configs()
         c = {"run": without_defaults(RunConfig, c["run"]),
              "method": without_defaults(type(self.method_config), c["method"]),
              "task": without_defaults(type(self.task_config), c["task"])}
-        blob = json.dumps({"method": self.method, "method_config": c["method"], "task": self.task,
-                           "task_config": c["task"], "run": c["run"], "version": __version__},
-                          sort_keys=True, default=str)
+        identity = {"method": self.method, "method_config": c["method"], "task": self.task,
+                    "task_config": c["task"], "run": c["run"], "version": RUN_ID_VERSION}
+        if self.method_cls.version != 1:
+            identity["method_version"] = self.method_cls.version
+        blob = json.dumps(identity, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def variant(self) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 The record's shape is defined once in :mod:`fedbench.schema`; this module fills it: the
 ``run`` section from the :class:`~fedbench.runners.core.spec.RunSpec` (its identity configs,
-its variant, its run id) and the federation, ``results`` and ``cost`` from the
-:class:`~fedbench.runners.core.state.RunState` (:mod:`fedbench.runners.outputs.summary`). A run that
+each field once, its run id, the suite's and the method's version) and the federation,
+``results`` and ``cost`` from the :class:`~fedbench.runners.core.state.RunState`
+(:mod:`fedbench.runners.outputs.summary`). A run that
 fails during set-up still gets a record from what was set up.
 """
 
@@ -59,11 +60,10 @@ def build_record(spec: RunSpec, outcome: Outcome, state: RunState | None, fed: F
     rec["status"], rec["error"] = outcome.status, outcome.error
     rec["run"].update(
         run_id=spec.run_id, method=spec.method, method_config=configs["method"], task=spec.task,
-        task_config=configs["task"], run_config=configs["run"], variant=spec.variant(),
-        setting=r.setting, roc=r.roc, capacities=list(r.capacities) if r.capacities else None, dynamic=r.dynamic,
-        n_clients=fed.n_clients if fed else r.clients, clients_per_round=fed.per_round if fed else (r.per_round or 0),
-        rounds=r.rounds, rounds_completed=len(logs), local_epochs=r.local_epochs, batch_size=r.batch_size,
-        optimizer=r.optimizer, lr=r.lr, seed=r.seed, device=str(outcome.device), runner=r.executor,
+        task_config=configs["task"], run_config=configs["run"], method_version=spec.method_cls.version,
+        n_clients=fed.n_clients if fed else (r.clients or 0),
+        clients_per_round=fed.per_round if fed else (r.per_round or 0),
+        rounds_completed=len(logs), device=str(outcome.device), runner=r.executor,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         fedbench_version=__version__, git_commit=commit, git_dirty=dirty,
         partition_fingerprint=fed.part.fingerprint if fed else None,

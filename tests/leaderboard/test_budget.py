@@ -10,7 +10,7 @@ from fedbench.leaderboard.budget import budget_lines, cumulative, plot_simtime, 
 def _rec(method, times, traffic, metrics, seed=0, target=None, devices=True):
     curve = [{"round": i + 1, "metric": m, "train_loss": None, "sim_seconds": t if devices else None,
               "dropped": [], "traffic_mb": b} for i, (t, b, m) in enumerate(zip(times, traffic, metrics))]
-    return {"status": "ok", "run": {"task": "t", "method": method, "setting": "iid", "seed": seed,
+    return {"status": "ok", "run": {"task": "t", "method": method, "run_config": {"setting": "iid", "seed": seed},
                                     "resource_label": "devices a:1" if devices else "1:1",
                                     "devices": {"spec": "a:1"} if devices else None},
             "results": {"curve": curve, "metric_name": "top1", "target": target}}

@@ -10,8 +10,8 @@ import pytest
 
 from fedbench.errors import UserError
 from fedbench.leaderboard.claims import Claim, Fix, load_claims, measure, paper_names, seeds_needed
-from fedbench.leaderboard.claims_report import (INCONCLUSIVE, NOT_TESTABLE, REGENERATE, REPRODUCED, REVERSED,
-                                                build_report, verdict)
+from fedbench.leaderboard.claims_report import (INCONCLUSIVE, NOT_AT_SIZE, NOT_RUN, NOT_TESTABLE, REGENERATE,
+                                                REPRODUCED, REVERSED, build_report, verdict)
 from fedbench.leaderboard.flatness import flatness
 from fedbench.leaderboard.stats import t_quantile_975
 from fedbench.records import load_records
@@ -45,8 +45,13 @@ def test_unevaluated_start_round_cannot_be_judged():
     assert flatness([]) is None
 
 
-def test_a_falling_curve_is_flat():
-    assert flatness([(8, 60.0), (9, 50.0), (10, 40.0)]).flat is True
+def test_flatness_judges_the_size_of_the_change():
+    """|change| < 1 is flat; a curve that lost 1 point or more is falling, not flat."""
+    falling = flatness([(8, 60.0), (9, 50.0), (10, 40.0)])
+    assert (falling.state, falling.flat, falling.gain) == ("falling", False, 40.0 - 60.0)
+    assert flatness([(8, 60.0), (9, 59.5), (10, 59.1)]).state == "flat"  # -0.9: flat
+    assert flatness([(8, 60.0), (10, 59.0)]).state == "falling"  # exactly -1: falling
+    assert flatness([(8, 60.0), (10, 61.5)]).state == "rising"
 
 
 # ------------------------------------------------------------------ paired measure
@@ -73,11 +78,12 @@ def _claim(sign=1, not_testable=None):
 
 
 def test_verdict_rule():
-    up = measure({0: 3.0, 1: 4.0, 2: 5.1}, {0: 1.0, 1: 2.0, 2: 3.0})
-    assert verdict(_claim(+1), up, 0.01)[0] == REPRODUCED
+    up = measure({0: 3.0, 1: 4.0, 2: 5.1}, {0: 1.0, 1: 2.0, 2: 3.0})  # A - B 2.03 ± 0.14
+    inside = Claim("p", "T", "task", "a", "b", "1:1:1", (), "g", "iid", "IID", 3.0, 1.0, 1, None, None, "")
+    assert verdict(inside, up, 0.01)[0] == REPRODUCED
     assert verdict(_claim(-1), up, 0.01)[0] == REVERSED
-    assert verdict(_claim(+1), up, 0.2)[0] == INCONCLUSIVE  # raw CI excludes 0, Holm does not
-    assert "before Holm" in verdict(_claim(+1), up, 0.2)[1]
+    assert verdict(inside, up, 0.2)[0] == INCONCLUSIVE  # raw CI excludes 0, Holm does not
+    assert "before Holm" in verdict(inside, up, 0.2)[1]
     noisy = measure({0: 3.0, 1: 1.0, 2: 5.0}, {0: 1.0, 1: 2.0, 2: 3.0})
     v, why = verdict(_claim(+1), noisy, 0.9)
     assert v == INCONCLUSIVE and f"below {abs(noisy.diff):.2f}" in why
@@ -86,9 +92,23 @@ def test_verdict_rule():
     # so the paper's +1.00 lies outside [-0.11, +0.18]
     level = measure({0: 1.0, 1: 2.0, 2: 3.1}, {0: 1.0, 1: 2.0, 2: 3.0})
     v, why = verdict(_claim(+1), level, 0.9)
-    assert v == INCONCLUSIVE and "the paper's A - B (+1.00) lies outside the 95 % CI [-0.11, +0.18]" in why
+    assert v == NOT_AT_SIZE and "the paper's A - B (+1.00) lies outside the 95 % CI [-0.11, +0.18]" in why
+    assert "smaller than the paper's; the sign is not settled" in why
     assert verdict(_claim(+1, "no backbone"), up, None) == (NOT_TESTABLE, "no backbone")
-    assert verdict(_claim(+1), None, None)[0] == NOT_TESTABLE
+    assert verdict(_claim(+1), None, None)[0] == NOT_RUN
+
+
+def test_not_reproduced_at_the_papers_size_whatever_the_sign_test_says():
+    """diffs 2, 2, 2.1 (mean 2.03, CI +-0.14): the sign is settled, but a paper's +1.00 lies below
+    the CI (a larger gap measured) and a paper's +2.00 inside it; reversed keeps precedence."""
+    up = measure({0: 3.0, 1: 4.0, 2: 5.1}, {0: 1.0, 1: 2.0, 2: 3.0})
+    v, why = verdict(_claim(+1), up, 0.01)  # paper: 2.0 vs 1.0
+    assert v == NOT_AT_SIZE and "larger than the paper's; the sign is the paper's (Holm p 0.01)" in why
+    inside = Claim("p", "T", "task", "a", "b", "1:1:1", (), "g", "iid", "IID", 3.0, 1.0, 1, None, None, "")
+    assert verdict(inside, up, 0.01) == (REPRODUCED, "Holm p 0.01 < 0.05")
+    unprinted = Claim("p", "T", "task", "a", "b", "1:1:1", (), "g", "iid", "IID", None, None, 1, None, None, "")
+    assert verdict(unprinted, up, 0.01)[0] == REPRODUCED  # no paper size to miss
+    assert verdict(_claim(-1), up, 0.01)[0] == REVERSED
 
 
 # ------------------------------------------------------------------ claim files and fixes
@@ -149,7 +169,7 @@ def test_fix_marks_records_created_before_it():
     fix = Fix("abc", "2026-11-24T23:20:10+00:00", "w", ("fedproto",), ("k/-",))
 
     def rec(method, setting, created):
-        return {"run": {"method": method, "setting": setting, "created_at": created}}
+        return {"run": {"method": method, "run_config": {"setting": setting}, "created_at": created}}
 
     assert fix.affects(rec("fedproto", "iid", "2026-11-23T10:00:00+00:00"))
     assert not fix.affects(rec("fedproto", "iid", "2026-11-25T10:00:00+00:00"))
@@ -199,7 +219,8 @@ def _budget_rec(method, setting, seed, rounds):
     from .test_generate import make
 
     rec = make(method, setting, seed, 0.5)
-    rec["run"].update(run_id=f"{method}-{setting}-{seed}-{rounds}", rounds=rounds, variant={"rounds": rounds})
+    rec["run"]["run_id"] = f"{method}-{setting}-{seed}-{rounds}"
+    rec["run"]["run_config"]["rounds"] = rounds
     return rec
 
 
@@ -228,7 +249,7 @@ def _timed_rec(method, setting, seed, rounds, spr, tpr, **variant):
     """A record of ``task`` at 1:1:1 with ``rounds`` completed at ``spr`` s and ``tpr`` TFLOPs per round."""
     r = _budget_rec(method, setting, seed, rounds)
     r["run"].update(task="task", resource_label="1:1:1", rounds_completed=rounds)
-    r["run"]["variant"].update(variant)
+    r["run"]["run_config"].update(variant)
     r["cost"].update(seconds_total=rounds * spr, tflops_total=rounds * tpr)
     return r
 
@@ -246,7 +267,7 @@ def test_cost_counts_only_the_missing_runs_and_fills_where_into_the_command():
               "sweep P --only method={a},{b} --only setting={setting} --only roc={roc} ({rounds} rounds)",
               "not legible")
     (o,) = evaluate([c], recs)
-    assert o.verdict == NOT_TESTABLE and o.measured is None
+    assert o.verdict == NOT_RUN and o.measured is None and o.elsewhere == ""
     assert o.cost.startswith("sweep P --only method=a,b --only setting=iid --only roc=1:1:1 (4 rounds); est. 24 CPU-min")
     assert "a 2 runs x 4 rounds x 30.0 s/round (a's 3 records, 0.50 TFLOPs/round)" in o.cost
     assert "b 5 runs x 4 rounds x 60.0 s/round (b's 2 records, 1.00 TFLOPs/round)" in o.cost

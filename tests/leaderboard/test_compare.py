@@ -88,7 +88,7 @@ def test_runs_of_another_budget_are_not_paired():
     def at(method, rounds, finals):
         recs = _cell(method, finals)
         for r in recs:
-            r["run"]["variant"] = {"rounds": rounds}
+            r["run"]["run_config"]["rounds"] = rounds
             r["run"]["run_id"] += f"-{rounds}"
         return recs
 

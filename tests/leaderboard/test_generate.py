@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -29,18 +30,37 @@ RECORDS = FIXTURES / "records"
 GOLDEN = FIXTURES / "golden"
 
 
-def table_rows(markdown: str, header_start: str = "| Method | RoC |") -> dict[tuple[str, str], dict[str, str]]:
-    """The first table whose header starts with ``header_start`` as
-    {(method, roc): {column: cell}}."""
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def table_rows(markdown: str, header_start: str = "| Method |") -> dict[tuple[str, str], dict[str, str]]:
+    """The rows of the first run of tables whose header starts with ``header_start`` (the
+    group tables of one budget, up to the next heading) as {(method, roc): {column: cell}};
+    the RoC is the table's RoC column, else its group caption (``**RoC 6:3:1** ...``)."""
+    rows: dict = {}
+    roc = None
     lines = markdown.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
-    header = [c.strip() for c in lines[start].strip("|").split("|")]
-    rows = {}
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("#") and rows:
             break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        rows[(cells[0], cells[1])] = dict(zip(header, cells))
+        m = re.match(r"\*\*RoC (.*?)\*\* \(", line)
+        if m:
+            roc = m.group(1)
+        if line.startswith(header_start):
+            header = _cells(line)
+            i += 2
+            while i < len(lines) and lines[i].startswith("|"):
+                cells = _cells(lines[i])
+                key = (cells[0], cells[1]) if "RoC" in header else (cells[0], roc)
+                rows[key] = dict(zip(header, cells))
+                i += 1
+            continue
+        i += 1
+    if not rows:
+        raise AssertionError(f"no table starting with {header_start!r}")
     return rows
 
 
@@ -142,7 +162,8 @@ def make(method="fedra", setting="iid", seed=0, final=0.5, *, task="t", metric="
     rec = empty_record()
     rec["status"] = status
     rec["run"].update(run_id=f"{method}-{setting}-{seed}-{metric}", method=method, task=task,
-                      setting=setting, seed=seed, resource_label=label, rounds=1, rounds_completed=1)
+                      resource_label=label, rounds_completed=1)
+    rec["run"]["run_config"].update(setting=setting, seed=seed, rounds=1)
     rec["results"].update(metric_name=metric, final=final, per_domain=per_domain)
     rec["cost"]["tflops_per_step"]["mean"] = tflops
     validate_record(rec)
@@ -153,7 +174,7 @@ def test_setting_order_iid_first():
     settings = ["dir(0.5)", "20/1.0", "iid", "10/1.0", "domain"]
     assert sorted(settings, key=setting_sort_key) == ["iid", "10/1.0", "20/1.0", "dir(0.5)", "domain"]
     text = render_task("t", [make(setting=s) for s in settings])
-    assert "| Method | RoC | iid | 10/1.0 | 20/1.0 | dir(0.5) | domain | Avg |" in text
+    assert "| Method | iid | 10/1.0 | 20/1.0 | dir(0.5) | domain | Avg |" in text
 
 
 def test_rows_sorted_by_method_then_label():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fedbench.leaderboard.generate import render_task
 from fedbench.leaderboard.groups import raw_variant
+from fedbench.leaderboard.sections import ok_sections
 
 
 def _sibling(name):
@@ -20,11 +21,12 @@ make, table_rows = _sibling("test_generate").make, _sibling("test_generate").tab
 
 
 def with_config(rec, **run_config):
-    base = dict(setting=rec["run"]["setting"], clients=10, per_round=5, rounds=4, lr=0.001, max_steps=None,
-                seed=rec["run"]["seed"], out="results", device="cpu", runner="local", workers=1, threads=1,
-                eval_every=1, measure_flops=True, eval_initial=False, roc="6:3:1", capacities=None)
-    base.update(run_config)
-    rec["run"]["run_config"] = base
+    """``rec`` with a full run config (``run_config`` overrides), runtime fields included as older
+    records had them (they never split a row)."""
+    rec["run"]["run_config"].update(clients=10, per_round=5, rounds=4, lr=0.001, max_steps=None, out="results",
+                                    device="cpu", runner="local", workers=1, threads=1, eval_every=1,
+                                    measure_flops=True, eval_initial=False, roc="6:3:1", capacities=None)
+    rec["run"]["run_config"].update(run_config)
     return rec
 
 
@@ -33,7 +35,7 @@ def test_records_differing_only_in_lr_are_two_rows():
     recs += [with_config(make("fedavg", seed=s, final=0.6), lr=0.1) for s in (0, 1)]
     text = render_task("t", recs)
     rows = table_rows(text)
-    assert list(rows) == [("fedavg (lr=0.01)", "6:3:1"), ("fedavg (lr=0.1)", "6:3:1")]
+    assert list(rows) == [("fedavg (lr=0.1)", "6:3:1"), ("fedavg (lr=0.01)", "6:3:1")]  # ranked by Avg
     assert rows[("fedavg (lr=0.01)", "6:3:1")]["iid"] == "50.50 ± 6.35 (2) † -9.50"
     assert "differ between rows: `lr`" in text
 
@@ -47,17 +49,27 @@ def test_records_differing_only_in_ignored_fields_or_seed_share_a_cell():
     assert rows[("fedavg", "6:3:1")]["iid"].endswith(" (2)**")
 
 
-def test_old_records_fall_back_to_run_fields():
+def test_rounds_split_rows_into_budgets_and_method_fields_split_rows():
     a, b, c = make("fedra", seed=0), make("fedra", seed=1), make("fedra", seed=2)
-    c["run"]["rounds"] = 2
-    assert raw_variant(a)["rounds"] == "1" and raw_variant(a)["per_round"] == raw_variant(a)["per_round"]
-    assert list(table_rows(render_task("t", [a, b, c]))) == [("fedra (rounds=1)", "6:3:1"),
-                                                              ("fedra (rounds=2)", "6:3:1")]
+    c["run"]["run_config"]["rounds"] = 2
+    assert raw_variant(a)["rounds"] == "1" and raw_variant(a)["method_version"] == "1"
+    text = render_task("t", [a, b, c])
+    # one table per budget, the budget in its heading, the rows named without it
+    assert text.index("## Budget: rounds=1") < text.index("## Budget: rounds=2")
+    assert list(table_rows(text.split("## Budget: rounds=2")[1])) == [("fedra", "6:3:1")]
+    assert sorted(ok_sections("t", [a, b, c])[2][0].names.values()) == ["fedra (rounds=1)", "fedra (rounds=2)"]
     # method config differences split too, prefixed with method.
     a["run"]["method_config"] = {"lora_r": 4}
     b["run"]["method_config"] = {"lora_r": 8}
     assert list(table_rows(render_task("t", [a, b]))) == [("fedra (method.lora_r=4)", "6:3:1"),
                                                           ("fedra (method.lora_r=8)", "6:3:1")]
+
+
+def test_a_method_version_splits_rows():
+    a, b = make("fedra", seed=0), make("fedra", seed=1)
+    b["run"]["method_version"] = 2
+    assert sorted(ok_sections("t", [a, b])[2][0].names.values()) == ["fedra (method_version=1)",
+                                                                     "fedra (method_version=2)"]
 
 
 def test_field_fixed_by_the_setting_does_not_split_a_row():
@@ -104,11 +116,13 @@ def test_personalised_records_get_a_worst_client_table():
 
 
 def test_rows_of_different_federations_are_ranked_apart():
-    """N=10 and N=50 rows are different federations: each has its own best, no dagger across."""
+    """N=10 and N=50 rows are different federations: a table each, each with its own best, no dagger across."""
     recs = []
     for n, finals in ((10, (0.9, 0.92, 0.91)), (50, (0.6, 0.62, 0.61))):
         for method, shift in (("fedlora", 0.0), ("fd", -0.05)):
             recs += [with_config(make(method, seed=s, final=f + shift), clients=n) for s, f in enumerate(finals)]
-    rows = table_rows(render_task("t", recs))
-    assert rows[("fedlora (clients=50)", "6:3:1")]["iid"].startswith("**")  # best of its federation
-    assert "†" in rows[("fd (clients=50)", "6:3:1")]["iid"] and "-5.00" in rows[("fd (clients=50)", "6:3:1")]["iid"]
+    text = render_task("t", recs)
+    rows = table_rows(text.split("## Budget: clients=50")[1])
+    assert list(rows) == [("fedlora", "6:3:1"), ("fd", "6:3:1")]  # ranked
+    assert rows[("fedlora", "6:3:1")]["iid"].startswith("**")  # best of its federation
+    assert "†" in rows[("fd", "6:3:1")]["iid"] and "-5.00" in rows[("fd", "6:3:1")]["iid"]

@@ -34,11 +34,14 @@ def test_two_cohorts_are_named_and_bold_once_per_cohort():
     assert rows[("fedra", "1:1:1")]["iid"] == f"**70.00 ± {half_111:.2f} (3)**"  # bold in its own cohort
     assert not rows[("hetlora", "1:1:1")]["iid"].startswith("**")
     notes = _notes(text)
-    assert "the best mean of its column within the row's cohort" in notes
-    assert "the same RoC, federation (`clients`, `dynamic`, `local_split`, `per_round`" in notes
-    assert "This table has 2 cohorts (RoC 1:1:1; RoC 6:3:1), so a column has one bold value per cohort." in notes
+    # one table per RoC group, each under its caption, ranked; one line says what bold is
+    assert text.index("**RoC 1:1:1** (2 rows, ranked by Avg):") < text.index("**RoC 6:3:1** (2 rows, ranked by Avg):")
+    bold = [line for line in notes.splitlines() if line.startswith("- **Bold**")]
+    assert len(bold) == 1 and bold[0].startswith("- **Bold**: the best mean of its column (and Avg) within its group")
+    assert "federation: `clients`, `dynamic`, `local_split`, `per_round`" in notes
+    assert "budgets, each under its own heading" not in notes  # one budget
     # cells: one clear of its runner-up (81 - 51 > 2.48), one not (70 - 66 < 24.84)
-    assert "1 of the 2 bold cells that have a runner-up in their cohort do not beat it beyond their own 95% CI" in notes
+    assert "1 of the 2 bold cells that have a runner-up in their group do not beat it beyond their own 95% CI" in notes
     assert "not corrected for the many cells" in notes and "`fedbench compare A --against B --task T`" in notes
     assert "best value of each setting column" not in notes
 
@@ -46,15 +49,17 @@ def test_two_cohorts_are_named_and_bold_once_per_cohort():
 def test_every_bold_cell_clear_and_one_cohort():
     recs = _cell("fedra", (0.80, 0.81, 0.82), "6:3:1") + _cell("hetlora", (0.50, 0.51, 0.52), "6:3:1")
     notes = _notes(render_task("t", recs))
-    assert "Each of the 1 bold cells that have a runner-up in their cohort beats it beyond its own 95% CI" in notes
-    assert "cohorts (" not in notes
+    assert "each of the 1 bold cells that have a runner-up in their group beats it beyond its own 95% CI" in notes
+    assert "budgets, each under its own heading" not in notes
 
 
 def test_cohorts_of_one_label_are_named_by_their_federation():
     recs = [with_config(make(m, seed=0, final=0.5, label=""), clients=n) for m in ("fd", "fedlora") for n in (10, 50)]
     sec = ok_sections("t", recs)[2][0]
     assert sorted(cohort_names(sec.rows).values()) == ["RoC -, clients=10", "RoC -, clients=50"]
-    assert "2 cohorts (RoC -, clients=10; RoC -, clients=50)" in render_task("t", recs)
+    text = render_task("t", recs)
+    assert "This task has 2 budgets, each under its own heading: clients=10; clients=50." in text
+    assert text.index("## Budget: clients=10") < text.index("## Budget: clients=50")
 
 
 def tiered_record(method, final, tiers_trained, traffic):

@@ -1,6 +1,7 @@
-"""Plots that stay readable with many methods: small multiples by method family, distinct
-colours within a panel, direct labels, curves only where there is a curve, titles that say
-what a setting means; ``fedbench plot`` links its PNGs into the tables."""
+"""Plots that stay readable with many methods: small multiples by method family (a crowded
+family over several panels), each group on its own axes, distinct colours within a panel,
+labels in a margin off every marker, one legend, curves only where there is a curve, titles
+that say what a setting means; ``fedbench plot`` links its PNGs into the tables."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _two_ratio_section():
     for r in records:
         if r["run"]["task"] == "tiny_text" and r["run"]["method"] == "fedra":
             r = copy.deepcopy(r)
-            r["run"]["roc"] = r["run"]["resource_label"] = "1:1:1"
+            r["run"]["run_config"]["roc"] = r["run"]["resource_label"] = "1:1:1"
             r["run"]["run_id"] += "-111"
             extra.append(r)
     return ok_sections("tiny_text", records + extra)[2][0]
@@ -67,7 +68,52 @@ def test_curves_small_multiples_one_row_per_family_one_column_per_ratio():
     assert sum(line.get_color() != "#c8c8c8" for line in fedra_631.lines) == 1
     assert sum(line.get_color() == "#c8c8c8" for line in fedra_631.lines) == 2  # fed_hello, hetlora
     assert [t.get_text() for t in grid[4].texts] == ["no runs"]  # Fed-HeLLo has no 1:1:1 runs
-    assert not fig.legends  # methods are named on the plot
+    assert len(fig.legends) == 1  # one legend: what line, band and grey mean; the methods are named on the plot
+    assert [t.get_text() for t in fig.legends[0].get_texts()][2] == "grey: the group's other methods"
+    plt.close(fig)
+
+
+def _labels_right_of_every_point(ax) -> bool:
+    """Every named label of ``ax`` starts right of every drawn point (no label covers a marker)."""
+    xs = [x for line in ax.lines for x in line.get_xdata()]
+    xs += [x for coll in ax.collections for x, _ in coll.get_offsets()]
+    names = [t for t in ax.texts if t.get_text() != "no runs"]
+    return all(t.xyann[0] > max(xs) for t in names) if names and xs else True
+
+
+def _budgets(rounds_of: dict, label="6:3:1"):
+    """Records with a curve per round: method -> its rounds; finals rise with the round."""
+    recs = []
+    for method, rounds in rounds_of.items():
+        for seed in (0, 1):
+            r = make(method, seed=seed, final=0.5, label=label)
+            r["run"]["run_config"]["rounds"] = rounds
+            r["run"]["run_id"] += f"-{rounds}"
+            r["results"]["curve"] = [{"round": k, "metric": k / (2 * rounds), "train_loss": None}
+                                     for k in range(1, rounds + 1)]
+            recs.append(r)
+    return ok_sections("t", recs)[2][0]
+
+
+def test_curves_put_each_budget_on_its_own_round_axis_and_split_a_crowded_family():
+    """A 10-round and a 50-round group: each column's round axis fits its own budget. Seven
+    Fed-HeLLo methods: two panels (4 + 3 lines), every name right of every curve."""
+    pytest.importorskip("matplotlib")
+    from fedbench.leaderboard.plot_curves import curves
+    from fedbench.leaderboard.plots import pyplot
+
+    hello = ["fed_hello", "fed_hello_fim", "fed_hello_rgd", "fed_hello_gd_triangle", "fed_hello_gd_inverted",
+             "fed_hello_gd_bottleneck", "fed_hello_gd_uniform"]
+    plt, sec = pyplot(), _budgets({**{m: 10 for m in hello}, "straggler": 50})
+    fig = curves(plt, sec, "iid", "t / iid")
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes[:2]] == ["RoC 6:3:1, rounds=10", "RoC 6:3:1, rounds=50"]
+    assert [ax.get_ylabel().split("\n")[0] for ax in axes[::2]] == ["baselines", "Fed-HeLLo (1 of 2)",
+                                                                   "Fed-HeLLo (2 of 2)"]
+    ten, fifty = axes[0], axes[1]
+    assert ten.get_xlim()[1] < 10 * 1.5 and fifty.get_xlim()[1] > 50  # not squeezed onto one axis
+    assert len([t for t in axes[2].texts]) == 4 and len([t for t in axes[4].texts]) == 3
+    assert all(_labels_right_of_every_point(ax) for ax in axes)
     plt.close(fig)
 
 
@@ -123,6 +169,13 @@ def test_pareto_axes_name_units_and_memory_source():
     labels = [ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()]
     assert labels == ["weakest-tier TFLOPs/step", "weakest-tier peak memory, MB (accounted)",
                       "weakest-tier traffic per round, MB"]
+    # one row per group, named on its axis; one legend naming the families (the colours) and the marks
+    assert [ax.get_ylabel().split("\n")[0] for ax in fig.axes[::3]] == ["RoC 1:1:1", "RoC 6:3:1"]
+    assert len(fig.legends) == 1
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "RoC 1:1:1: on its front (filled)" in texts and "hollow: off its cohort's front" in texts
+    assert texts[:3] == ["layer / depth subsets", "rank heterogeneity", "Fed-HeLLo"]
+    assert "filled: on its group's Pareto front" in texts and "hollow: off it" in texts
+    # the 1:1:1 row compares fedra alone; names sit right of every point
+    assert [t.get_text() for t in fig.axes[0].texts] == ["fedra"]
+    assert all(_labels_right_of_every_point(ax) for ax in fig.axes)
     plt.close(fig)

@@ -71,7 +71,7 @@ PATHOLOGICAL = {
     "loop.json": (lambda root: (os.symlink("loop2.json", root / "loop.json"),
                                 os.symlink("loop.json", root / "loop2.json")), "cannot be read"),
     "wrong_type.json": (lambda root: (root / "wrong_type.json").write_text(_valid_text().replace(
-        '"seed": 0', '"seed": "zero"')), "run.seed: expected int"),
+        '"seed": 0', '"seed": "zero"')), "run.run_config.seed: expected int"),
     "wrong_type_key.json": (_forged_key, "by_tier.0\\nWARNING forged: expected dict, got int"),
     "surrogate.json": (lambda root: (root / "surrogate.json").write_text(_valid_text().replace(
         '"method": "fedra"', '"method": "fedra\\ud800"')), "not Unicode text"),
@@ -204,8 +204,9 @@ def test_a_name_cannot_break_the_markdown(bad, shown):
     header = next(i for i, line in enumerate(lines) if line.startswith("| Method |"))
     for line in lines[header:header + 4]:
         assert line.startswith("| ") and line.endswith(" |")
-        assert len([c for c in line.replace("\\|", "").split("|")]) == 6  # 4 cells (+ 2 empty ends)
-    assert f"| {shown} | 6:3:1{shown} |" in text  # method and RoC cells
+        assert len([c for c in line.replace("\\|", "").split("|")]) == 5  # 3 cells (+ 2 empty ends)
+    assert f"**RoC 6:3:1{shown}** (2 rows" in text  # the group's caption
+    assert f"| {shown} | 6:3:1{shown} |" in text  # method and RoC cells of the cost table
     assert all(not line.startswith(("b", "|c")) for line in lines)  # nothing spilled onto a line of its own
 
 

@@ -78,7 +78,7 @@ def test_yaml_config_and_set_precedence(tmp_path, capsys):
     assert main(["run", "--method", "fedavg", "--task", "tiny_text", "--config", str(cfg), "--set", "method.lora_r=4",
                  "--threads", "2", "--out", str(out), "--no-progress"]) == 0
     rec = json.loads(next(out.rglob("*.json")).read_text())
-    assert rec["run"]["rounds"] == 1 and rec["run"]["n_clients"] == 3
+    assert rec["run"]["run_config"]["rounds"] == 1 and rec["run"]["n_clients"] == 3
     assert rec["run"]["method_config"]["lora_r"] == 4 and rec["run"]["task_config"]["n_train"] == 60
     assert rec["env"]["threads"] == 2  # --threads: runtime, so not among the run's identity fields
     assert "threads" not in rec["run"]["run_config"] and "out" not in rec["run"]["run_config"]

@@ -27,9 +27,10 @@ def full_record() -> dict:
     rec["status"] = "ok"
     rec["run"].update(
         run_id="abc123", method="fed_hello", method_config={"strategy": "fim"}, task="tiny_text",
-        task_config={"n_classes": 4}, setting="20/1.0", roc="6:3:1", capacities=None, dynamic=False,
-        n_clients=10, clients_per_round=5, rounds=3, rounds_completed=3, local_epochs=1, batch_size=8,
-        optimizer="adamw", lr=1e-3, seed=0, device="cpu", runner="local",
+        task_config={"n_classes": 4}, method_version=1,
+        run_config=dict(setting="20/1.0", seed=0, rounds=3, roc="6:3:1", capacities=None, dynamic=False, clients=10,
+                        per_round=5, local_epochs=1, batch_size=8, optimizer="adamw", lr=1e-3, eval_every=1),
+        n_clients=10, clients_per_round=5, rounds_completed=3, device="cpu", runner="local",
         created_at="2025-01-01T00:00:00Z", fedbench_version="0.1.0", git_commit="deadbeef",
         git_dirty=False, partition_fingerprint="0f0f", client_tiers={"0": 0, "1": 2},
         tiers=[{"tier": 0, "layers": 2, "rank": None, "fraction": 0.6},
@@ -61,7 +62,7 @@ def test_full_record_and_empty_skeleton_are_valid():
     validate_record(full_record())
     skeleton = empty_record()
     validate_record(skeleton)
-    assert skeleton["schema_version"] == SCHEMA_VERSION == 1
+    assert skeleton["schema_version"] == SCHEMA_VERSION == 2
     assert skeleton["status"] == "failed" and skeleton["error"] is None
     assert empty_record() is not skeleton and empty_record()["run"] is not skeleton["run"]
 
@@ -74,7 +75,8 @@ def _rejects(rec: dict, message_start: str) -> str:
 
 
 @pytest.mark.parametrize("path", [
-    "schema_version", "status", "error", "run", "run.seed", "run.client_tiers", "run.resource_label",
+    "schema_version", "status", "error", "run", "run.run_config.seed", "run.method_version", "run.client_tiers",
+    "run.resource_label",
     "results.curve", "cost.peak_mem_gb.mean", "cost.traffic_mb_per_client_round.by_tier", "env.gpu",
 ])
 def test_missing_key_is_named(path):
@@ -98,14 +100,15 @@ def test_missing_key_in_list_item_and_map_value():
 
 @pytest.mark.parametrize("path,value,message", [
     ("cost.peak_mem_gb.mean", "big", "cost.peak_mem_gb.mean: expected number or null, got str"),
-    ("run.seed", 1.0, "run.seed: expected int, got float"),
-    ("run.seed", True, "run.seed: expected int, got bool"),
-    ("run.lr", None, "run.lr: expected number, got null"),
-    ("run.lr", False, "run.lr: expected number, got bool"),
-    ("run.dynamic", 0, "run.dynamic: expected bool, got int"),
+    ("run.run_config.seed", 1.0, "run.run_config.seed: expected int, got float"),
+    ("run.run_config.seed", True, "run.run_config.seed: expected int, got bool"),
+    ("run.run_config.lr", None, "run.run_config.lr: expected number, got null"),
+    ("run.run_config.lr", False, "run.run_config.lr: expected number, got bool"),
+    ("run.run_config.dynamic", 0, "run.run_config.dynamic: expected bool, got int"),
+    ("run.method_version", "1", "run.method_version: expected int, got str"),
     ("run.git_dirty", "no", "run.git_dirty: expected bool or null, got str"),
     ("run.method_config", [], "run.method_config: expected dict, got list"),
-    ("run.capacities", [12, "10"], "run.capacities[1]: expected int, got str"),
+    ("run.run_config.capacities", [12, "10"], "run.run_config.capacities[1]: expected int, got str"),
     ("run.client_tiers", {"0": 1.5}, "run.client_tiers.0: expected int, got float"),
     ("run.tiers", {}, "run.tiers: expected list, got dict"),
     ("results.per_domain", {"real": None}, "results.per_domain.real: expected number, got null"),
@@ -128,8 +131,8 @@ def test_bad_status_and_version():
     rec["status"] = "done"
     _rejects(rec, "status: expected one of 'ok', 'failed', 'cancelled', got 'done'")
     rec = full_record()
-    rec["schema_version"] = 2
-    _rejects(rec, "schema_version: unsupported version 2")
+    rec["schema_version"] = 1  # an older record is upgraded on read (fedbench.upgrade), never validated as it is
+    _rejects(rec, "schema_version: unsupported version 1")
     rec = full_record()
     rec["cost"]["peak_mem_source"] = "gpu"
     _rejects(rec, "cost.peak_mem_source: expected one of 'cuda', 'accounted', got 'gpu'")
@@ -172,7 +175,7 @@ def test_curve_rounds_strictly_increase(rounds, message):
 def test_rounds_completed_at_most_rounds():
     rec = full_record()
     rec["run"]["rounds_completed"] = 4
-    _rejects(rec, "run.rounds_completed: 4 exceeds run.rounds (3)")
+    _rejects(rec, "run.rounds_completed: 4 exceeds run.run_config.rounds (3)")
 
 
 def test_extra_keys_are_allowed():
@@ -180,6 +183,18 @@ def test_extra_keys_are_allowed():
     rec["run"]["note"] = "newer writer"
     rec["cost"]["energy_j"] = 1.0
     validate_record(rec)
+    with pytest.raises(RecordError, match="^run.note: not a field of the record schema"):
+        validate_record(rec, strict=True)
+
+
+def test_run_config_holds_every_config_field_once():
+    """run_config is open: a RunConfig field the schema does not type (eval_every) is written as it
+    is, even strictly; the run fields it holds are not written a second time beside it."""
+    rec = full_record()
+    validate_record(rec, strict=True)
+    moved = ("setting", "seed", "rounds", "roc", "capacities", "dynamic", "local_epochs", "batch_size", "optimizer",
+             "lr", "variant")
+    assert not set(moved) & set(rec["run"]) and set(moved[:-1]) <= set(rec["run"]["run_config"])
 
 
 def test_optional_initial_evaluation():
@@ -249,10 +264,10 @@ def test_write_rejects_invalid_and_ok_with_nan(tmp_path):
 
 def test_write_normalises_tuples_and_int_keys(tmp_path):
     rec = full_record()
-    rec["run"]["capacities"] = (12, 10, 8)
+    rec["run"]["run_config"]["capacities"] = (12, 10, 8)
     rec["run"]["client_tiers"] = {0: 0, 1: 2}
     back = json.loads(write_record(rec, tmp_path / "r.json").read_text())
-    assert back["run"]["capacities"] == [12, 10, 8]
+    assert back["run"]["run_config"]["capacities"] == [12, 10, 8]
     assert back["run"]["client_tiers"] == {"0": 0, "1": 2}
     rec["run"]["method_config"] = {"path": object()}
     with pytest.raises(RecordError, match="^run.method_config.path: value of type object"):

@@ -88,10 +88,15 @@ def test_leaderboard_rows_follow_the_role(plus, tmp_path):
 def test_a_record_written_before_a_field_existed_reads_as_its_default(plus):
     from fedbench.leaderboard.groups import raw_variant
 
-    old = {"run": {"variant": {"lr": 0.01}}}  # written before x_result existed
-    assert raw_variant(old) == raw_variant({"run": {"variant": {"lr": 0.01, "x_result": 0}}})
-    assert raw_variant(old) != raw_variant({"run": {"variant": {"lr": 0.01, "x_result": 1}}})
-    # a record keeping only its whole run config (no variant) reads the same way
-    older = {"run": {"run_config": {"lr": 0.01}}}
-    assert raw_variant(older) == raw_variant(old)
-    assert raw_variant(older) != raw_variant({"run": {"run_config": {"lr": 0.01, "x_result": 1}}})
+    from fedbench.upgrade import upgrade
+
+    def rec(**run_config):
+        return {"run": {"run_config": run_config, "method_config": {}, "task_config": {}, "method_version": 1}}
+
+    old = rec(lr=0.01)  # written before x_result existed
+    assert raw_variant(old) == raw_variant(rec(lr=0.01, x_result=0))
+    assert raw_variant(old) != raw_variant(rec(lr=0.01, x_result=1))
+    # a version-1 record (its variant beside its run config) reads the same way once upgraded
+    v1 = {"schema_version": 1, "run": {"run_config": {"lr": 0.01}, "variant": {"lr": 0.01}, "method_config": {},
+                                       "task_config": {}}}
+    assert raw_variant(upgrade(v1)) == raw_variant(old)

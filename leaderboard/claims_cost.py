@@ -1,0 +1,142 @@
+"""What a claim's records are and what its missing runs would cost, for the claims report
+(:mod:`~fedbench.leaderboard.claims_report`): the budget line of a measured claim, the
+command and estimated cost of a claim not run, and the records of both methods that exist
+at another budget (another round count) in the claim's setting and resource group.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from fedbench.errors import UserError
+from fedbench.leaderboard.claims import Claim, find_row, has_fields, measure
+from fedbench.leaderboard.groups import Section, raw_variant, show_value
+from fedbench.leaderboard.render import esc
+from fedbench.leaderboard.table import BUDGET_FIELDS, value_key
+
+__all__ = ["MIN_SEEDS", "budget_line", "estimate", "other_budgets"]
+
+#: the fewest seeds a run not done here is costed with (the evidence presets' rule)
+MIN_SEEDS = 5
+
+
+def budget_line(recs: list[dict]) -> str:
+    """Rounds, seeds, model and the data partition's fingerprint (``run.partition_fingerprint``:
+    the record keeps no data path, whose role is runtime, so the fingerprint names the data)."""
+    rounds = sorted({r["run"]["run_config"]["rounds"] for r in recs})
+    seeds = sorted({r["run"]["run_config"]["seed"] for r in recs})
+    tc = recs[0]["run"].get("task_config") or {}
+    prints = sorted({str(r["run"].get("partition_fingerprint") or "-")[:8] for r in recs})
+    return (f"{'/'.join(map(str, rounds))} rounds, seeds {','.join(map(str, seeds))}, "
+            f"model {tc.get('model') or 'default'}, data partition {','.join(prints)}")
+
+
+def _per_round(recs: list[dict], key: str) -> float | None:
+    """Mean over ``recs`` of ``cost[key]`` / rounds completed (None: no record has it)."""
+    vals = [r["cost"][key] / r["run"]["rounds_completed"] for r in recs
+            if r["cost"].get(key) and r["run"].get("rounds_completed")]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _seeds_recorded(c: Claim, recs: list[dict], method: str) -> set:
+    """The seeds of ``method``'s records in the claim's cell: its setting, resource label and ``where``."""
+    return {r["run"]["run_config"]["seed"] for r in recs
+            if r["run"]["method"] == method and r["run"]["run_config"]["setting"] == c.setting
+            and (r["run"].get("resource_label") or "-") == c.roc and has_fields(r, c.where)}
+
+
+def _timing_source(m: str, other: str, c: Claim, task_recs: list[dict]) -> tuple[list[dict], str]:
+    """The records that time ``m``'s missing runs, and what they are: ``m``'s own (those at the
+    claim's ``where``, else at its fields other than rounds, else all), else the other method's
+    (chosen the same way), else every record of the task; the label says which, so a method
+    never run here is not passed off as measured."""
+    shape = tuple((k, v) for k, v in c.where if k != "rounds")  # s/round does not depend on rounds
+    for who, label in ((m, f"{m}'s"), (other, f"no record of {m}: {other}'s")):
+        own = [r for r in task_recs if r["run"]["method"] == who]
+        if not own:
+            continue
+        for fields, at in ((c.where, ""), (shape, " at other round counts"), ((), " at other budgets")):
+            src = [r for r in own if has_fields(r, fields)]
+            if src:
+                return src, f"{label} {len(src)} records{at}"
+    return task_recs, f"no record of {m}: all {len(task_recs)} records of {c.task}"
+
+
+def estimate(c: Claim, task_recs: list[dict]) -> str:
+    """The command for the claim's missing runs and their estimated cost. Per method: the runs
+    still missing (the task's seeds, at least :data:`MIN_SEEDS`, less the seeds already recorded
+    in the claim's cell) x rounds (the claim's ``where``, else its records') x measured s/round
+    (``seconds_total`` / rounds of the records :func:`_timing_source` picks: its own where it
+    has any, and the text says which); and the training work those runs would do (measured TFLOPs per round,
+    same records), from which a GPU's time follows at its sustained rate. The command is
+    :meth:`Claim.run_command`."""
+    if not c.command:
+        return "no command: not a run this suite can do"
+    cmd = esc(c.run_command())
+    if not task_recs:
+        return f"{cmd}; cost not estimated (no committed record of {esc(c.task)} to time)"
+    seeds = max(MIN_SEEDS, len({r["run"]["run_config"]["seed"] for r in task_recs}))
+    where = c.where_values
+    minutes, tflops, parts, have = 0.0, 0.0, [], ""
+    for m, other in ((c.a, c.b), (c.b, c.a)):
+        done = len(_seeds_recorded(c, task_recs, m))
+        have += f", {esc(m)} has {done} of them" if done else ""
+        runs = max(0, seeds - done)
+        if not runs:
+            continue
+        src, label = _timing_source(m, other, c, task_recs)
+        spr = _per_round(src, "seconds_total")
+        if spr is None:
+            return f"{cmd}; cost not estimated (no timed record for {esc(m)})"
+        rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["run_config"]["rounds"] for r in src)
+        tpr = _per_round(src, "tflops_total")
+        minutes += spr * rounds * runs / 60
+        tflops = None if tflops is None or tpr is None else tflops + tpr * rounds * runs
+        parts.append(f"{esc(m)} {runs} runs x {rounds} rounds x {spr:.1f} s/round ({esc(label)}"
+                     + ("" if tpr is None else f", {tpr:.2f} TFLOPs/round") + ")")
+    work = "" if tflops is None or not parts else (f"; {tflops:,.0f} TFLOPs of training in all (measured per round; "
+                                                   "a GPU's time = that / its sustained TFLOP/s, not measured here)")
+    return (f"{cmd}; est. {minutes:.0f} CPU-min = {' + '.join(parts) or 'no run missing'} "
+            f"(2 methods x {seeds} seeds{have}){work}")
+
+
+def other_budgets(c: Claim, sec: Section | None, task_recs: list[dict]) -> str:
+    """``rounds=10 (fed_hello 3 seeds, flexlora 3 seeds; A - B -1.79 ± 4.10)``, ``; `` between
+    budgets: the ok records of A or B in the claim's setting and resource label that match its
+    ``where`` except for its budget fields (:data:`~fedbench.leaderboard.table.BUDGET_FIELDS`:
+    rounds), at budgets other than the claim's, with A - B and its 95 % CI where the two share
+    2 seeds; ``""`` when there are none (or the claim fixes no budget)."""
+    keys = [k for k, _ in c.where if k in BUDGET_FIELDS]
+    if not keys:
+        return ""
+    loose = tuple((k, v) for k, v in c.where if k not in BUDGET_FIELDS)
+    wanted = tuple((k, v) for k, v in c.where if k in BUDGET_FIELDS)
+    found: dict = defaultdict(lambda: defaultdict(set))  # budget -> method -> seeds
+    for r in task_recs:
+        run = r["run"]
+        if (r["status"] == "ok" and run["method"] in (c.a, c.b) and run["run_config"]["setting"] == c.setting
+                and (run.get("resource_label") or "-") == c.roc and has_fields(r, loose)):
+            variant = raw_variant(r)
+            at = tuple((k, variant.get(k)) for k in keys)
+            if at != wanted:
+                found[at][run["method"]].add(run["run_config"]["seed"])
+    parts = []
+    for at in sorted(found, key=lambda b: [(k, value_key(v) if v is not None else ()) for k, v in b]):
+        name = ", ".join(f"{k}={show_value(v) if v is not None else '-'}" for k, v in at)
+        seeds = ", ".join(f"{esc(m)} {len(found[at][m])} seed{'s' if len(found[at][m]) != 1 else ''}"
+                          for m in (c.a, c.b) if found[at][m])
+        parts.append(f"{name} ({seeds}{_paired_at(c, sec, loose + at)})")
+    return "; ".join(parts)
+
+
+def _paired_at(c: Claim, sec: Section | None, where: tuple) -> str:
+    """``; A - B +1.00 ± 2.00`` at ``where`` when A's and B's rows there share 2 seeds, else ``""``."""
+    if sec is None:
+        return ""
+    try:
+        ra, rb = (find_row(sec, m, c.roc, tuple(sorted(where)), c.setting) for m in (c.a, c.b))
+    except UserError:  # several variants match: no one pair to show
+        return ""
+    a, b = (sec.cells.get((rk, c.setting)) if rk else None for rk in (ra, rb))
+    m = measure(a, b) if a and b and ra != rb else None
+    return "" if m is None else f"; A - B {m.diff:+.2f} ± {m.half:.2f}"
