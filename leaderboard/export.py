@@ -42,7 +42,7 @@ from fedbench.leaderboard.output import write_text
 from fedbench.leaderboard.render import Fmt
 from fedbench.leaderboard.sections import SAFE_TASK, ok_sections
 from fedbench.leaderboard.table import COSTS, mem_sources, pareto_rows, quality_table, row_costs
-from fedbench.leaderboard.units import GB, MB
+from fedbench.units import GB, MB
 from fedbench.records import load_records, one_line, prepare_out_dir
 
 log = logging.getLogger(__name__)
