@@ -26,14 +26,16 @@ import torch
 from fedbench.methods.aggregation import client_weight, weighted_mean_by_key
 from fedbench.methods.base import (LORA_FACTORS, ClientPlan, ClientProfile, ClientUpdate, LocalPhase, Method,
                                    MethodState, Traffic, tensor_bytes)
-from fedbench.methods.factor_rules import RANK_DIM, alternating_factor, changed_factors, masked_factor_mean, rank_mask
+from fedbench.methods.factor_rules import (RANK_DIM, alternating_factor, changed_factors, masked_factor_mean,
+                                           rank_mask)
 from fedbench.methods.paper_defaults import with_paper_rank
 from fedbench.methods.rank_hetero import check_tier_ranks, lora_modules
 
 SENT = "sent_round"  # state.extra: {client id (str): the last round it was sent the model}
-ROUND, CHANGED = "round", "changed"  # plan.extra: the round; the factors changed since the client last had the model
-UPLOAD_RANK = "upload_rank"  # plan.extra (masked methods): the ranks per module, on average, it trains and sends
-RANKS = "ranks"  # plan.extra (masked methods): {module: [the ranks of the round's factor it trains and sends]}
+ROUND = "round"  # plan.extra: the round
+CHANGED = "changed"  # plan.extra: the factors changed since the client last had the model
+UPLOAD_RANK = "upload_rank"  # plan.extra (masked methods): ranks per module, on average, it trains and sends
+RANKS = "ranks"  # plan.extra (masked methods): {module: [the ranks of the round's factor it trains]}
 BUDGET = "upload_budget_bytes"  # plan.extra (masked methods): Method.upload_budget
 
 

@@ -75,7 +75,7 @@ class LoRAA2(MaskedAlternating):
       :func:`~fedbench.methods.factor_rules.masked_factor_mean`: ``zero_fill`` (default,
       p_k = n_k / n over the round's clients) or ``contrib`` (over the selectors); the head
       is averaged with p_k.
-    - Traffic: up r_k (d_in or d_out) scalars per module on average + masks + head (BERT-base
+    - Traffic: up r_k (d_in or d_out) scalars per module on average + the selection + head (BERT-base
       q/v: 18,432 r_k); down (methods/alternating.py) the factor changed last round, 18,432 R
       (both for a client that missed a round). Memory and FLOPs equal across tiers (every
       client holds rank R); only the uplink differs.

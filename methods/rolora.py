@@ -69,8 +69,8 @@ class RoLoRAHet(MaskedAlternating):
     methods-2027.md Sec. 4 "Heterogeneity"). As :class:`RoLoRA`, but client k, of tier rank
     r_k <= R = ``lora_r``, trains only ranks 0..r_k-1 of the round's factor (rows of A /
     columns of B; the other ranks stay at their global values and the forward uses all R),
-    and sends only those (+ the head and the masks). The server averages rank i over the
-    clients that trained it (HETLoRA's contributor rule; ``normalise='selectors'``); a rank
+    and sends only those (+ the head and the selection, one byte per rank and module). The
+    server averages rank i over the clients that trained it (HETLoRA's contributor rule; ``normalise='selectors'``); a rank
     nobody trained keeps its value. Still exact: the frozen factor is shared, so per rank
     the update is the mean of the contributors'. Memory and FLOPs are LoRA's at rank R (a
     frozen rank saves only its gradient and optimizer state)."""

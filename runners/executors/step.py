@@ -186,5 +186,5 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-__all__ = ["KeptEntries", "Lane", "Losses", "NonFiniteLoss", "StepMeter", "active_peak_bytes", "finite", "reset_peak", "rows",
-           "run_steps"]
+__all__ = ["KeptEntries", "Lane", "Losses", "NonFiniteLoss", "StepMeter", "active_peak_bytes", "finite", "reset_peak",
+           "rows", "run_steps"]
