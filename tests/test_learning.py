@@ -110,10 +110,10 @@ EXEMPT: dict[tuple[str, str], str] = {
         "LoRA-A2 at its defaults (the spec's: tiers 1 / 4 / 16 of R = 16 upload ranks, so the weakest clients train "
         "1 of 16 ranks per module; a rank averaged zero-filled over every client of the round, so one selected by "
         "few moves little; A at lr / 16) trains the factors in every other round only. 15 rounds x 1 epoch: 0.553 / "
-        "0.487 against head-only 0.513 / 0.487 (+0.040 / +0.000); x 3 epochs: 0.540 / 0.527 against 0.567 / 0.527. The limit is the "
-        "budget and the variant defaults, not the mechanism: at 3 epochs every client at budget 16 reached 0.593 / "
-        "0.633 (+0.026 / +0.106), and lr_ratio 1 with aggregation=contrib 0.640 / 0.620 (+0.073 / +0.093) "
-        "(2026-11-28)"),
+        "0.493 against head-only 0.513 / 0.487 (+0.040 / +0.007); x 3 epochs: 0.533 / 0.527 against 0.567 / 0.527. "
+        "The limit is the budget and the variant defaults, not the mechanism: at 3 epochs every client at budget 16 "
+        "reached 0.593 / 0.633 (+0.027 / +0.107), and lr_ratio 1 with aggregation=contrib 0.653 / 0.653 (+0.087 / "
+        "+0.127) (2026-11-28)"),
 }
 #: tiny_text for the globally evaluated methods: labels that need token interactions
 LEARN_TEXT = {"label": "order", "keywords": 2, "n_train": 600, "n_test": 200, "seq_len": 12}
