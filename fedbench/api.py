@@ -39,27 +39,28 @@ def run(method: str, task: str, *, method_config: Mapping[str, Any] | None = Non
     return rec
 
 
-def sweep(preset: str, *, out: str | None = None, progress: bool = False) -> list[dict]:
+def sweep(preset: str, *, out: str | None = None, progress: bool = False, workers: int | None = None,
+          address: str | None = None, quiet: bool = True) -> list[dict]:
     """Run every run of the sweep ``preset`` (a YAML file, as ``fedbench sweep``) that has
-    no finished record, one after another; returns every run's record, in preset order."""
-    from fedbench.records import is_finished, prepare_out_dir, read_record_file
-    from fedbench.runners.cli.launch import execute
+    no finished record, through the same loop as ``fedbench sweep`` (``workers`` /
+    ``address``: as Ray tasks, as ``--workers`` / ``--address``); a corrupt record is a
+    :class:`UserWarning` and its run is done again. Returns the record of every run that has
+    one, in preset order (a cancelled sweep: those written before it stopped). ``quiet``:
+    no progress lines on stdout."""
+    import warnings
+
+    from fedbench.records import prepare_out_dir, read_record_file
+    from fedbench.runners.cli.sweeping import Parallel, run_sweep
     from fedbench.runners.core.sweep import load_sweep
 
     runs = load_sweep(preset, out=out)
     for d in dict.fromkeys(r.spec.run.out for r in runs):
         prepare_out_dir(d)
-    recs, cache = [], {}
-    for r in runs:
-        path = r.spec.record_path()
-        if is_finished(path):
-            recs.append(read_record_file(path))
-            continue
-        rec, _ = execute(r.spec, progress, data_cache=cache)
-        recs.append(rec)
-        if rec["status"] == "cancelled":
-            break
-    return recs
+    parallel = None if workers is None and address is None else Parallel(workers, address)
+    run_sweep(runs, progress=progress, parallel=parallel, warn=lambda line: warnings.warn(line, stacklevel=3),
+              say=(lambda line: None) if quiet else print)
+    paths = [r.spec.record_path() for r in runs]
+    return [read_record_file(p) for p in paths if p.is_file()]
 
 
 __all__ = ["run", "sweep"]

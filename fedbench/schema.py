@@ -225,20 +225,12 @@ _SCHEMA = _Obj({
         "rss_peak_gb": _Opt(_Obj({"mean": NUM_N, "max": NUM_N, "by_tier": _MapOf(_Obj({"mean": NUM, "max": NUM}))},
                                  nullable=True)),
     }),
-    "env": _Obj({
-        "python": STR,
-        "torch": STR_N,
-        "transformers": STR_N,
-        "peft": STR_N,
-        "timm": STR_N,
-        "gpu": STR,
-        "threads": _Opt(INT_N),  # torch intra-op threads of the run
-        # a run of a Ray sweep: the host and Ray node that ran it, and the attempts lost before
-        # (node or worker process died; retried from the checkpoint the driver held, at that round)
-        "host": _Opt(STR_N),
-        "ray_node": _Opt(STR_N),
-        "retries": _Opt(_ListOf(_Obj({"host": STR_N, "ray_node": STR_N, "error": STR, "checkpoint_round": INT}))),
-    }),
+    # threads: torch intra-op threads of the run; a Ray sweep's run: the host and Ray node that ran
+    # it, and the attempts lost before (node or worker died; retried from the driver's checkpoint)
+    "env": _Obj({"python": STR, "torch": STR_N, "transformers": STR_N, "peft": STR_N, "timm": STR_N, "gpu": STR,
+                 "threads": _Opt(INT_N), "host": _Opt(STR_N), "ray_node": _Opt(STR_N),
+                 "retries": _Opt(_ListOf(_Obj({"host": STR_N, "ray_node": STR_N, "error": STR,
+                                                "checkpoint_round": INT})))}),
 })
 
 _KIND_DESC = {"int": "int", "num": "number", "str": "str", "bool": "bool", "dict": "dict", "list": "list"}

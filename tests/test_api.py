@@ -50,3 +50,26 @@ def test_sweep_returns_every_record(tmp_path):
                       f"task_config: {{{task_cfg}}}\nout: {tmp_path / 'res'}\n")
     recs = fedbench.sweep(str(preset))
     assert [r["run"]["method"] for r in recs] == ["fedavg", "fedra"] and {r["status"] for r in recs} == {"ok"}
+
+
+def test_sweep_goes_through_the_cli_loop_and_warns_of_a_corrupt_record(tmp_path, monkeypatch):
+    """``fedbench.sweep`` is the CLI's loop (one function): a corrupt record is a warning, as
+    on the command line, and its run is done again; a finished run is not."""
+    from fedbench.runners.cli import sweeping
+
+    task_cfg = ", ".join(f"{k}: {v}" for k, v in SMALL_TASK_CONFIGS["tiny_text"].items())
+    preset = tmp_path / "p.yaml"
+    preset.write_text(f"task: tiny_text\nmethods: [fedavg, fedra]\nrun: {{rounds: 1, clients: 2}}\n"
+                      f"task_config: {{{task_cfg}}}\nout: {tmp_path / 'res'}\n")
+    first = fedbench.sweep(str(preset))
+    calls = []
+    real = sweeping.run_sweep
+    monkeypatch.setattr(sweeping, "run_sweep", lambda *a, **k: calls.append(k) or real(*a, **k))
+    fedra = next(r for r in first if r["run"]["method"] == "fedra")
+    path = tmp_path / "res" / "tiny_text" / "fedra" / f"{fedra['run']['run_id']}.json"
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.warns(UserWarning, match="corrupt record"):
+        again = fedbench.sweep(str(preset))
+    assert len(calls) == 1
+    assert [r["run"]["method"] for r in again] == ["fedavg", "fedra"] and {r["status"] for r in again} == {"ok"}
+    assert again[0]["run"]["created_at"] == first[0]["run"]["created_at"]  # the finished run was not redone

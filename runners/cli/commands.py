@@ -75,6 +75,7 @@ def cmd_run(args) -> int:
 def cmd_sweep(args) -> int:
     """Load, expand and validate the whole preset (``runners/core/sweep.py``), then run what is not done."""
     from fedbench.records import prepare_out_dir
+    from fedbench.runners.cli.sweeping import Parallel, run_sweep
     from fedbench.runners.core import sweep
 
     runs = sweep.select(sweep.load_sweep(args.preset, out=args.out), args.only)
@@ -83,25 +84,10 @@ def cmd_sweep(args) -> int:
     for names in dict.fromkeys(tuple(r.spec.run.log) for r in runs):
         trackers_for(names)  # a tracker's missing package stops the sweep before its first run
     warn = lambda line: print(f"fedbench: warning: {line}", file=sys.stderr)  # noqa: E731
-    parallel = args.workers is not None or args.address is not None
-    if parallel and not args.dry_run:
-        from fedbench.runners.executors.ray_sweep import run_sweep
-
-        return run_sweep(runs, args, warn)
-    todo, done = sweep.pending(runs, warn)
-    failed = 0
-    data_cache: dict = {}
-    for label, r in todo:
-        if args.dry_run:
-            print(f"{label}: to run")
-            continue
-        rec, path = execute(r.spec, not args.no_progress, data_cache=data_cache)
-        print(f"{label}: {summary_line(rec, path)}")
-        if rec["status"] == "cancelled":
-            return 130
-        failed += rec["status"] != "ok"
-    print(f"sweep: {len(runs)} runs, {done} already done, {failed} failed")
-    return 1 if failed else 0
+    parallel = None
+    if args.workers is not None or args.address is not None:
+        parallel = Parallel(args.workers, args.address, args.cpus_per_run, args.gpus_per_run, args.node_retries)
+    return run_sweep(runs, progress=not args.no_progress, parallel=parallel, dry_run=args.dry_run, warn=warn).status
 
 
 __all__ = ["cmd_run", "cmd_sweep", "gather_configs", "load_callback"]

@@ -237,15 +237,15 @@ def run_labels(runs: list[dict]) -> list[str]:
     return labels
 
 
-def pending(runs: list[SweepRun], warn) -> tuple[list[tuple[str, SweepRun]], int]:
+def pending(runs: list[SweepRun], warn, say=print) -> tuple[list[tuple[str, SweepRun]], int]:
     """The runs still to do, each with its progress label (``[i/n] label``), and how many
-    are done; a line is printed for each done run."""
+    are done; ``say`` gets a line for each done run."""
     todo, done = [], 0
     for i, r in enumerate(runs, 1):
         label = f"[{i}/{len(runs)}] {r.label}"
         path = r.spec.record_path()
         if is_done(path, warn):
-            print(f"{label}: done ({path})")
+            say(f"{label}: done ({path})")
             done += 1
         else:
             todo.append((label, r))

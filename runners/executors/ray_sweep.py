@@ -41,12 +41,15 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from fedbench.runners.core.signals import cancel_on_signals
 from fedbench.runners.core.spec import RunSpec
 from fedbench.runners.core.sweep import SweepRun
 from fedbench.runners.executors.ray_executor import init_ray, require_ray, runtime_env
+
+if TYPE_CHECKING:
+    from fedbench.runners.cli.sweeping import Parallel, SweepResult
 
 #: times a run whose node or worker process died is started again (``--node-retries``)
 NODE_RETRIES = 2
@@ -224,42 +227,42 @@ def _gpus_default(ray) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
 
 
-def _check_args(args) -> tuple[float, int]:
+def _check(opts: "Parallel") -> tuple[float, int]:
     from fedbench.errors import UserError
 
-    if args.workers is not None and args.workers < 1:
-        raise UserError(f"--workers must be an integer >= 1; got {args.workers}")
-    cpus = 1.0 if args.cpus_per_run is None else args.cpus_per_run
+    if opts.workers is not None and opts.workers < 1:
+        raise UserError(f"--workers must be an integer >= 1; got {opts.workers}")
+    cpus = 1.0 if opts.cpus_per_run is None else opts.cpus_per_run
     if not cpus > 0:  # NaN too
         raise UserError(f"--cpus-per-run must be a number > 0; got {cpus}")
-    if args.gpus_per_run is not None and args.gpus_per_run < 0:
-        raise UserError(f"--gpus-per-run must be a number >= 0; got {args.gpus_per_run}")
-    retries = NODE_RETRIES if args.node_retries is None else args.node_retries
+    if opts.gpus_per_run is not None and opts.gpus_per_run < 0:
+        raise UserError(f"--gpus-per-run must be a number >= 0; got {opts.gpus_per_run}")
+    retries = NODE_RETRIES if opts.node_retries is None else opts.node_retries
     if retries < 0:
         raise UserError(f"--node-retries must be an integer >= 0; got {retries}")
     return cpus, retries
 
 
-def run_sweep(runs: list[SweepRun], args, warn: Callable[[str], None]) -> int:
-    """Run the sweep's runs that are not done as Ray tasks; returns the exit status
-    (0 all ok, 1 some failed, 130 cancelled)."""
+def run_pending(left: list[tuple[str, SweepRun]], n_runs: int, done: int, args: "Parallel",
+                warn: Callable[[str], None], say: Callable[[str], None] = print) -> "SweepResult":
+    """Run a sweep's runs not done yet (``left``: label and run; :func:`fedbench.runners.cli.sweeping.run_sweep`
+    sorted them) as Ray tasks; ``say`` gets each line."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from fedbench.runners.core import sweep
+    from fedbench.runners.cli.sweeping import CANCELLED, FAILED, OK, SweepResult
     from fedbench.runners.executors.ray_files import DriverFiles
     from fedbench.runners.executors.ray_run import run_task
 
     ray = require_ray()
-    cpus, node_retries = _check_args(args)
-    left, done = sweep.pending(runs, warn)
+    cpus, node_retries = _check(args)
     # the records directory as this process sees it, whatever the worker's directory
     todo = deque(Flight(label, f"{r.label} ({r.spec.run_id})",
                         dataclasses.replace(r.spec, run=dataclasses.replace(r.spec.run,
                                                                             out=os.path.abspath(r.spec.run.out))))
                  for label, r in left)
     if not todo:
-        print(f"sweep: {len(runs)} runs, {done} already done, 0 failed")
-        return 0
+        say(f"sweep: {n_runs} runs, {done} already done, 0 failed")
+        return SweepResult(OK, n_runs, done, 0)
     try:
         import torch
 
@@ -304,10 +307,10 @@ def run_sweep(runs: list[SweepRun], args, warn: Callable[[str], None]) -> int:
         if started:
             ray.shutdown()
     if stopped:
-        return 130
+        return SweepResult(CANCELLED, n_runs, done, driver.failed)
     more = f"; {driver.retried} retried after losing their node" if driver.retried else ""
-    print(f"sweep: {len(runs)} runs, {done} already done, {driver.failed} failed{more}")
-    return 1 if driver.failed else 0
+    say(f"sweep: {n_runs} runs, {done} already done, {driver.failed} failed{more}")
+    return SweepResult(FAILED if driver.failed else OK, n_runs, done, driver.failed)
 
 
-__all__ = ["GRACE_S", "NODE_RETRIES", "held_state", "record_from_checkpoint", "run_sweep"]
+__all__ = ["GRACE_S", "NODE_RETRIES", "held_state", "record_from_checkpoint", "run_pending"]
