@@ -44,7 +44,7 @@ def sweep(preset: str, *, out: str | None = None, progress: bool = False, worker
     """Run every run of the sweep ``preset`` (a YAML file, as ``fedbench sweep``) that has
     no finished record, through the same loop as ``fedbench sweep`` (``workers`` /
     ``address``: as Ray tasks, as ``--workers`` / ``--address``); a corrupt record is a
-    :class:`UserWarning` and its run is done again. Returns the record of every run that has
+    warning (``UserWarning``) and its run is done again. Returns the record of every run that has
     one, in preset order (a cancelled sweep: those written before it stopped). ``quiet``:
     no progress lines on stdout."""
     import warnings

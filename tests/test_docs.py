@@ -45,8 +45,8 @@ def copy_sources(into: Path) -> Path:
 def test_site_builds_strict_with_the_api_reference(tmp_path):
     p = build(REPO, tmp_path / "site")
     assert p.returncode == 0, p.stderr
-    html = (tmp_path / "site" / "reference" / "methods-base" / "index.html").read_text(encoding="utf-8")
-    assert 'id="fedbench.methods.base.Method.plan"' in html  # generated from the code under methods/
+    html = (tmp_path / "site" / "reference" / "methods-hooks" / "index.html").read_text(encoding="utf-8")
+    assert 'id="fedbench.methods.hooks.Planning.plan"' in html  # generated from the code under methods/
     assert ":class:`" not in html.split("<details")[0]  # roles rendered as links or code, not as text
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert 'id="fedbench.api.run"' in api and "language-pycon" in api  # the doctest is a code block

@@ -19,7 +19,7 @@ from fedbench.tasks.base import Task, iterate_batches, to_device
 
 
 class ServerTools(ServerAPI):
-    """The runner's implementation of :class:`~fedbench.methods.base.ServerAPI`."""
+    """The runner's implementation of :class:`~fedbench.methods.plans.ServerAPI`."""
 
     def __init__(self, am: AdapterModel, task: Task, proxy: Any | None, device: torch.device):
         self.am, self.task, self.proxy, self.device = am, task, proxy, device

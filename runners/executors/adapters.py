@@ -247,7 +247,7 @@ class AdapterModel:
 def method_context(am: AdapterModel, profiles: Mapping[int, ClientProfile], rounds: int = 0, task: Any = None,
                    n_classes: int | None = None, data_info: Mapping[str, Any] | None = None,
                    server: ServerAPI | None = None, memory: MemoryAPI | None = None) -> MethodContext:
-    """What a method may know (:class:`~fedbench.methods.base.MethodContext`) of ``am``'s model
+    """What a method may know (:class:`~fedbench.methods.plans.MethodContext`) of ``am``'s model
     (depth, adapter and head tensors, block bytes, the method's extra modules attached so far,
     the declared parts, LoRA rank and alpha), the task (its kind and head initialisation;
     None: a classification model without a task), the federation and the runner's tools
