@@ -45,8 +45,8 @@ from fedbench.errors import UserError
 from fedbench.leaderboard.groups import RowKey, Section, raw_variant
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
 
-__all__ = ["Claim", "Explanation", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes", "measure", "paper_names",
-           "seeds_needed"]
+__all__ = ["Claim", "Explanation", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes", "measure",
+           "paper_names", "seeds_needed"]
 
 #: the file of :class:`Fix` entries next to the claim files (not a paper)
 FIXES_FILE = "fixes.yaml"
@@ -67,8 +67,8 @@ class Explanation:
     def line(self) -> str:
         """One line: the kind (a code reading says it is not yet a measurement), the text, the source."""
         head = "code reading, not yet a measurement" if self.kind == "code reading" else "measured"
-        src = "" if self.measured_by is None else (
-            f" (measured by {self.measured_by})" if self.kind == "measurement" else f" (to measure: {self.measured_by})")
+        src = "" if self.measured_by is None else (f" (measured by {self.measured_by})" if self.kind == "measurement"
+                                                   else f" (to measure: {self.measured_by})")
         return f"{head}: {self.text}{src}"
 
 

@@ -9,8 +9,8 @@ the budget and the records used, and the fixes some of those records predate. Pe
 run: the command, an estimated cost, and the records that exist at another budget
 (:mod:`~fedbench.leaderboard.claims_cost`). Under each table, the claim file's ``explained_by``
 entries (a code reading or a measurement, and the preset or records behind it). Notes appear
-where they apply: a note about one method's row of the paper's table on that method's claims, the pre-fix and cost rules only
-when the report has such claims.
+where they apply: a note about one method's row of the paper's table on that method's claims,
+the pre-fix and cost rules only when the report has such claims.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class FLoRA(RankMethod):
       make both 2; with Fed-HeLLo's alpha = r = 16 and clients of alpha 16 at ranks 1/4/16
       (this suite's convention) the merge would under-scale a rank-1 client's update 16x
       and a rank-4 client's 4x. Opt-in ``server_rule='authors_code'`` merges every client at
-      alpha / lora_r; ``tests/methods/test_flora.py`` shows both rules on hand-built tensors.
+      alpha / lora_r; ``tests/methods/test_flexlora_authors.py`` shows both rules on hand-built tensors.
     - The head (as for FlexLoRA): Fed_HeLLo ``utils/model_utils.py`` L23-33 leaves BERT's
       classifier frozen at its random init and ``algorithms/engine/ffm_fedavg_depthfl.py``
       L178-181 aggregates only ``lora`` tensors; here every client trains the head and the
