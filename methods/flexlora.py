@@ -47,7 +47,7 @@ class FlexLoRA(RankMethod):
       (:func:`~fedbench.methods.aggregation.factor_means`, B carried at the global scaling);
       ``tests/methods/test_flexlora_authors.py`` shows both rules on hand-built tensors.
     - The later code of the same lineage (UIUC-Cloud-Computing-Capstone/hralora @ 6108f9a,
-      a fork of Fed_HeLLo's first commit, FlexLoRA added in Dec. 2025, so not the code of
+      a fork of Fed_HeLLo (its history up to 4c07f5b), FlexLoRA added in Dec. 2025, not the code of
       the table): ``algorithms/solver/global_aggregator.py`` L149-188 ``product_average``
       averages A and B separately (the paper's description); ``local_solver.py`` L99-134
       re-factorises the received B A on the client by SVD but builds ``new_B`` from the
@@ -55,7 +55,10 @@ class FlexLoRA(RankMethod):
       all r_max components and only gradient hooks (L142-173) freeze those above r_i; one
       rank-r_max peft adapter (one scaling) serves every tier. Its first version (commit
       a7ab039) split sqrt(S_trunc) into both factors, so round 1 (B = 0) gave A = B = 0: an
-      adapter with zero gradients for good, fixed the same night ("flexlora debug", aa7f42d).
+      adapter with zero gradients for good, fixed the same night ("flexlora debug", aa7f42d);
+      after the fix round 1's SVD of the zero B A returns V^T = I (torch, checked), so every
+      adapter starts with A = the first r_max rows of the identity: it reads only the first
+      r_max hidden features until B moves.
     - The head: Fed_HeLLo ``utils/model_utils.py`` L23-33 wraps BERT with a LoraConfig
       without ``modules_to_save`` (the classifier stays frozen at its random init) and
       ``algorithms/engine/ffm_fedavg_depthfl.py`` L178-181 uploads only ``lora`` tensors (no
