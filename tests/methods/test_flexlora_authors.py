@@ -106,3 +106,25 @@ def test_frozen_head_is_neither_trained_nor_averaged(cls, tiny_am, ctx_for):
     new = m.aggregate(state, [_upload(m, state, plans[0], torch.ones(1, 4), torch.ones(4, 1), head_shift=1.0),
                               _upload(m, state, plans[1], torch.ones(4, 4), torch.ones(4, 4), head_shift=3.0)])
     assert all(torch.allclose(new.tensors[k], state.tensors[k] + 2.0) for k in m.ctx.head_keys)
+
+
+@pytest.mark.parametrize("preset,methods,shared", [
+    ("flexlora_flora_authors_cpu.yaml", ("flexlora", "flora"), 36),  # the {} arm, seeds 0-2
+    ("fed_hello_frozen_head_cpu.yaml", ("fed_hello",), 18),
+    ("straggler_gap_minilm_cpu.yaml", ("fed_hello", "straggler"), 12),  # the 50-round arm
+])
+def test_measuring_presets_reuse_the_claims_runs(preset, methods, shared):
+    """Every arm builds a valid run; the arm at the papers' rules (or 50 rounds) is the claims
+    preset's runs by run id, so the sweep skips what fed_hello_claims_cpu.yaml has done."""
+    from pathlib import Path
+
+    from fedbench.runners.core.spec import build_spec
+    from fedbench.runners.core.sweep import expand_sweep, load_preset
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+
+    def ids(name):
+        return {build_spec(r["method"], r["task"], r["run"], r["method_config"], r["task_config"]).run_id
+                for r in expand_sweep(load_preset(bench / name)) if r["method"] in methods}
+
+    assert len(ids(preset) & ids("fed_hello_claims_cpu.yaml")) == shared
