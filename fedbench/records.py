@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fedbench import outfiles
 from fedbench.errors import UserError
 from fedbench.upgrade import upgrade
 from fedbench.schema import (
@@ -160,47 +161,14 @@ def _nonfinite_to_none(value: Any) -> Any:
     return value
 
 
-def fsync_replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
-    """Make the finished temp file ``tmp`` durable, then rename it over ``path`` and make
-    the rename durable too (fsync of the file, ``os.replace``, fsync of the folder): after
-    a crash or power loss ``path`` is the old file or the complete new one."""
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    try:
-        fd = os.open(Path(path).parent, os.O_RDONLY)
-    except OSError:  # a platform without directory descriptors
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def atomic_write_text(path: str | os.PathLike, text: str, root: str | os.PathLike | None = None) -> Path:
+    """Write ``text`` to ``path`` (inside folder ``root``, by default its own) through the one
+    safe writer, :func:`fedbench.outfiles.write_text`: atomic, regular files only, never out
+    of ``root``. Creates parent directories."""
+    return Path(outfiles.write_text(path, text, root))
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` atomically: a temp file in the
-    same directory, fsync, then ``os.replace``. Creates parent directories. Readers see
-    either the old file or the complete new one, never a partial write."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        fsync_replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
-
-
-def write_record(rec: dict, path: str | os.PathLike) -> Path:
+def write_record(rec: dict, path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
     """Validate ``rec`` and write it atomically to ``path`` as JSON (sorted keys, indent 2,
     trailing newline). Returns the path.
 
@@ -208,12 +176,13 @@ def write_record(rec: dict, path: str | os.PathLike) -> Path:
     int dict keys such as ``client_tiers`` become str, numpy scalars become Python
     numbers). After validation every NaN/inf becomes ``null`` so a failed run with a NaN
     loss still writes (an ``"ok"`` record with NaN is rejected by validation).
-    ``rec`` itself is not modified.
+    ``rec`` itself is not modified. ``root``: the records folder the path must stay in
+    (:mod:`fedbench.outfiles`; by default the record's own folder).
     """
     plain = _to_plain(rec, "")
     validate_record(plain, strict=True)
     text = json.dumps(_nonfinite_to_none(plain), sort_keys=True, indent=2, allow_nan=False) + "\n"
-    return atomic_write_text(path, text)
+    return atomic_write_text(path, text, root)
 
 
 #: Limits of what :func:`load_records` reads as a record: a real record is about 6 levels

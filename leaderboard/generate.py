@@ -162,5 +162,5 @@ def generate(records_root: str | os.PathLike, out_dir: str | os.PathLike, *, plo
     paths = plot_records([r for rs in by_task.values() for r in rs], out_dir) if plots else []
     for task in sorted(by_task):
         text = render_task(task, by_task[task], plot_links(out_dir, task))
-        paths.append(write_text(out_dir / f"{task}.md", text))
+        paths.append(write_text(out_dir / f"{task}.md", text, out_dir))
     return sorted(paths)

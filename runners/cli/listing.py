@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from fedbench.outfiles import OutputError, write_text
+
 
 def _list_sources() -> list[Path]:
     """The source files whose code can change what ``fedbench list`` prints."""
@@ -73,11 +75,8 @@ def _list_entries() -> dict:
     entries["run"] = [["run", "fields of every run", [], fields(RunConfig)]]
     if path is not None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(entries))
-            os.replace(tmp, path)
-        except OSError:
+            write_text(path, json.dumps(entries))  # the one safe writer
+        except (OSError, OutputError):  # a cache: not writing it costs time only
             pass
     return entries
 

@@ -263,7 +263,7 @@ def write_run_record(spec: RunSpec, rec: dict) -> Path:
         log.warning("run %s ended %s; its finished record is kept and this one is written to %s",
                     spec.run_id, rec["status"], path)
     try:
-        return records.write_record(rec, path)
+        return records.write_record(rec, path, spec.run.out)
     except OSError as e:
         raise UserError(f"cannot write the record {path}: {e.strerror or e}") from None
 

@@ -25,7 +25,6 @@ leaves no half-written file under the final name.
 
 from __future__ import annotations
 
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Mapping
 import torch
 
 from fedbench.methods.base import ClientPlan, Method
+from fedbench.outfiles import check_output, new_temp_dir, replace_dir, write_bytes
 from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.runners.core.spec import LoraSettings
 from fedbench.runners.core.store import ClientStore
@@ -73,18 +73,12 @@ def peft_adapter(model: torch.nn.Module, lora: LoraSettings, targets: list[str],
     return peft_model
 
 
-def _replace(tmp: Path, final: Path) -> None:
-    if final.is_dir():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+def save_tensors(tensors: Mapping[str, torch.Tensor], path: Path, root: Path | None = None) -> None:
+    """``tensors`` as a safetensors file at ``path`` (inside ``root``), through the one safe writer."""
+    from safetensors.torch import save
 
-
-def save_tensors(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save_file
-
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: t.detach().cpu().contiguous() for k, t in tensors.items()}, str(tmp))
-    _replace(tmp, path)
+    data = save({k: t.detach().cpu().contiguous() for k, t in tensors.items()})
+    write_bytes(path, data, root)
 
 
 def save_model(record_path: Path, pool: ModelPool, method: Method, tensors: Mapping[str, torch.Tensor],
@@ -102,21 +96,23 @@ def save_model(record_path: Path, pool: ModelPool, method: Method, tensors: Mapp
     out: dict = {"adapter": None, "global": None, "private": None}
     if adapter:
         final = folder / f"{stem}.adapter"
-        tmp = folder / f"{stem}.adapter.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
         with torch.random.fork_rng(devices=[]):
             base = pool.task.build_model(pool.data, None).model.cpu()
         peft_model = peft_adapter(base, lora, targets, am.bundle.head_modules, adapter)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            peft_model.save_pretrained(str(tmp))
-        _replace(tmp, final)
+        tmp = new_temp_dir(final, folder)  # checked first: a file or link named like the folder is refused
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                peft_model.save_pretrained(str(tmp))
+            replace_dir(tmp, final, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when it was moved into place
         out["adapter"] = final.name
     if rest:
-        save_tensors(rest, folder / f"{stem}.global.safetensors")
+        save_tensors(rest, folder / f"{stem}.global.safetensors", folder)
         out["global"] = f"{stem}.global.safetensors"
     if method.evaluation == "local":
-        (folder / f"{stem}.private").mkdir(exist_ok=True)
+        check_output(folder / f"{stem}.private", folder, kind="dir")
         out["private"] = {}
         for c in range(n_clients):
             arch = method.client_arch(c)
@@ -124,7 +120,7 @@ def save_model(record_path: Path, pool: ModelPool, method: Method, tensors: Mapp
             if private is None:
                 private = pool.fresh(arch, method.private_keys(ClientPlan(c, 0, (), arch=arch)))
             name = f"{stem}.private/client_{c}.safetensors"
-            save_tensors(private, folder / name)
+            save_tensors(private, folder / name, folder)
             out["private"][str(c)] = name
     return out
 
