@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbench.config import read_yaml
+from fedbench.infiles import read_yaml
 from fedbench.errors import UserError
 from fedbench.leaderboard.groups import RowKey, Section, raw_variant
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p

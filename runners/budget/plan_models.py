@@ -15,7 +15,6 @@ LM's next-token loss on the whole sequence.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 
 from fedbench.errors import UserError
+from fedbench.infiles import read_json
 from fedbench.tasks.base import ModelBundle, init_like
 from fedbench.runners.budget.shapes import SHAPES
 from fedbench.tasks.models import ENCODER_FAMILIES, LM_FAMILIES, EncoderClassifier, family_layout
@@ -32,16 +32,16 @@ VISION_LAYOUT = ("vit.layers", {"qv": ["attention.q_proj", "attention.v_proj"],
                                 "proj_fc2": ["attention.o_proj", "mlp.fc2"]})
 
 
+#: the largest --model-config read (a transformers config.json is a few KB)
+MODEL_CONFIG_BYTES = 2**20
+
+
 def load_config(name: str | None, path: str | None):
     """(transformers config, its description) of a named shape or a config.json file."""
     from transformers import AutoConfig
 
     if path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot read --model-config {path}: {e}") from None
+        d = read_json(path, "--model-config", limit=MODEL_CONFIG_BYTES)  # a regular file, bounded
         if not isinstance(d, dict) or "model_type" not in d:
             raise UserError(f"--model-config {path} is not a transformers config.json (no model_type)")
         kw = {k: v for k, v in d.items() if k != "model_type"}

@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from fedbench.errors import UserError
+from fedbench.infiles import read_json
 from fedbench.outfiles import OutputError, write_text
 
 
@@ -59,8 +61,8 @@ def _list_entries() -> dict:
     path = _list_cache_path()
     if path is not None:
         try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
+            return read_json(path, "list cache")  # bounded: a regular file of at most 8 MiB
+        except UserError:  # missing or unreadable: built again below
             pass
     from fedbench.config import field_specs
     from fedbench.configs import RunConfig

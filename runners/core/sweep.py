@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedbench.config import read_yaml
+from fedbench.infiles import read_yaml
 from fedbench.errors import UserError
 from fedbench.runners.core.spec import RunSpec, build_spec
 
@@ -36,7 +36,7 @@ PRESET_KEYS = {
 
 
 def load_preset(path: str | Path) -> dict:
-    """Read a preset file: a YAML mapping (read safely: :func:`~fedbench.config.read_yaml`)."""
+    """Read a preset file: a YAML mapping (read bounded and safely: :func:`~fedbench.infiles.read_yaml`)."""
     data = read_yaml(path, "sweep preset")
     if data is None:
         raise UserError(f"preset {path} is empty: it needs at least `task` and `methods`")
