@@ -43,4 +43,14 @@ def shown(value: Any, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-__all__ = ["UserError", "shown"]
+def user_failure(e: BaseException) -> str:
+    """One line saying how user code (a plugin, a callback) failed; a ``SystemExit`` is
+    reported as the call it was, never obeyed."""
+    if isinstance(e, SystemExit):
+        return f"it called sys.exit({shown(e.code)}) (not obeyed)"
+    text = (str(e).strip().splitlines() or [""])[0]
+    text = "".join(c if c.isprintable() else " " for c in text)[:200]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+__all__ = ["UserError", "shown", "user_failure"]

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from fedbench.configs import flag_fields
-from fedbench.errors import UserError
+from fedbench.errors import UserError, user_failure
 from fedbench.runners.outputs.callbacks import Callback
 from fedbench.runners.cli.launch import execute, summary_line
 from fedbench.runners.outputs.tracking import trackers_for
@@ -36,7 +36,9 @@ def gather_configs(args) -> tuple[dict, dict, dict]:
 
 
 def load_callback(ref: str) -> Callback:
-    """``module:Class`` -> an instance of that :class:`Callback` subclass (no arguments)."""
+    """``module:Class`` -> an instance of that :class:`Callback` subclass (no arguments). User
+    code that fails (any exception, or ``sys.exit``, reported and not obeyed) at import or in
+    ``__init__`` is one line naming the callback (exit 2), before anything trains."""
     mod_name, _, cls_name = ref.partition(":")
     if not mod_name or not cls_name:
         raise UserError(f"bad --callback {ref!r}: expected MODULE:CLASS, e.g. mypkg.logging:Logger")
@@ -46,9 +48,14 @@ def load_callback(ref: str) -> Callback:
         raise UserError(f"--callback {ref}: cannot import {mod_name!r} ({e})") from None
     except AttributeError:
         raise UserError(f"--callback {ref}: module {mod_name!r} has no {cls_name!r}") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 -- user code: reported, never obeyed
+        raise UserError(f"--callback {ref}: importing {mod_name!r} failed: {user_failure(e)}") from None
     if not (isinstance(obj, type) and issubclass(obj, Callback)):
         raise UserError(f"--callback {ref}: {cls_name} is not a fedbench Callback subclass")
-    return obj()
+    try:
+        return obj()
+    except (Exception, SystemExit) as e:  # noqa: BLE001
+        raise UserError(f"--callback {ref}: {cls_name}() failed: {user_failure(e)}") from None
 
 
 def exit_status(rec: dict) -> int:
