@@ -238,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 -- the one top-level handler: one line, the traceback in a file
         from fedbench.runners.outputs.failures import AfterRecord, crash_file, describe
 
-        line = str(e) if isinstance(e, AfterRecord) else describe(e, crash_file(e))
+        line = str(e) if isinstance(e, AfterRecord) else describe(e, crash_file(e), beside=False)
         print(f"fedbench: error: {line}", file=sys.stderr)
         return 1
 

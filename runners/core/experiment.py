@@ -223,7 +223,7 @@ class Experiment:
             except (Exception, SystemExit) as e:  # noqa: BLE001 - user code: reported, not obeyed
                 tb = failures.write_traceback(e, failures.traceback_path(path), self.spec.run.out)
                 problems.append(f"{type(cb).__name__}.on_run_end failed after the {rec['status']} record {path} "
-                                f"was written: {failures.describe(e, tb)}")
+                                f"was written: {failures.describe(e, tb, beside=False)}")
         if problems:
             raise failures.AfterRecord(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
 

@@ -47,9 +47,12 @@ def write_traceback(exc: BaseException, path: Path, root: str | os.PathLike | No
         return None
 
 
-def describe(exc: BaseException, tb: Path | None) -> str:
-    """The one line of a failure: what failed and where its traceback is."""
-    return user_failure(exc) + (f" (traceback in {tb})" if tb is not None else "")
+def describe(exc: BaseException, tb: Path | None, beside: bool = True) -> str:
+    """The one line of a failure: what failed and where its traceback is (``beside``: the
+    file's name only, as a record says it; the record's own line gives the folder)."""
+    if tb is None:
+        return user_failure(exc)
+    return user_failure(exc) + (f" (traceback in {tb.name} beside the record)" if beside else f" (traceback in {tb})")
 
 
 def crash_file(exc: BaseException) -> Path | None:

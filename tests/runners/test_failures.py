@@ -68,9 +68,10 @@ def test_a_failure_after_set_up_is_the_failed_record_and_a_traceback_file(cbmod,
     assert code == 1 and "Traceback" not in err and "Traceback" not in out, err
     (rec,) = _records(tmp_path / "o")
     assert rec["status"] == "failed" and says in rec["error"] and "traceback in " in rec["error"]
-    tb = Path(rec["error"].rsplit("traceback in ", 1)[1].rstrip(")"))
-    assert tb.name.endswith(".traceback.txt") and "Traceback" in tb.read_text()
-    assert says in out and str(tb) in out  # the run's one line names the file
+    (path,) = (tmp_path / "o").rglob("*.json")
+    tb = path.with_name(path.stem + ".traceback.txt")
+    assert rec["error"].endswith(f"(traceback in {tb.name} beside the record)") and "Traceback" in tb.read_text()
+    assert says in out and tb.name in out and str(path) in out  # the run's one line names the file and its folder
 
 
 def test_on_run_end_failing_keeps_the_ok_record_and_is_one_line(cbmod, tmp_path, capsys):
