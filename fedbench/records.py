@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fedbench import outfiles
+from fedbench import integrity, outfiles
 from fedbench.errors import UserError
 from fedbench.upgrade import upgrade
 from fedbench.schema import (
@@ -102,22 +102,16 @@ def prepare_out_dir(root: str | os.PathLike, create: bool = True) -> Path:
 
 
 def read_record_status(path: str | os.PathLike) -> str | None:
-    """The ``status`` of the record at ``path``; None if there is none. A file that is not
-    a readable JSON record raises :class:`RecordError` (one line) instead of a traceback."""
+    """The ``status`` of the record at ``path``; None if there is none. A file that is not a
+    valid, trusted record (:func:`read_record_file`: unreadable, not the schema, another
+    run's, edited after it was written) raises :class:`RecordError` (one line naming it)."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        with open(path, encoding="utf-8") as fh:
-            rec = json.load(fh)
-    except json.JSONDecodeError as err:
-        raise RecordError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise RecordError(f"{path}: cannot be read ({str(err)[:200] or type(err).__name__})") from None
-    if not isinstance(rec, dict):
-        raise RecordError(f"{path}: expected a JSON object, got {type_name(rec)}")
-    status = rec.get("status")
-    return status if isinstance(status, str) else None
+        return read_record_file(path)["status"]
+    except RecordError as err:
+        raise RecordError(f"{one_line(str(path))}: {err}") from None
 
 
 def is_finished(path: str | os.PathLike) -> bool:
@@ -181,7 +175,8 @@ def write_record(rec: dict, path: str | os.PathLike, root: str | os.PathLike | N
     """
     plain = _to_plain(rec, "")
     validate_record(plain, strict=True)
-    text = json.dumps(_nonfinite_to_none(plain), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    sealed = integrity.seal(_nonfinite_to_none(plain))  # file name, run id and content hash checked on reading
+    text = json.dumps(sealed, sort_keys=True, indent=2, allow_nan=False) + "\n"
     return atomic_write_text(path, text, root)
 
 
@@ -266,10 +261,14 @@ def read_record_file(path: str | os.PathLike) -> dict:
         raise RecordError(f"not readable JSON ({str(err).split(';')[0]})") from None
     try:
         _check_plain(rec)
+        raw = rec
         rec = upgrade(rec)  # an older record in the current shape (the file is left as it is)
         validate_record(rec)
     except RecordError as err:
         raise RecordError(f"not a valid result record: {err}") from None
+    problem = integrity.check(raw, rec["run"]["run_id"], path)  # the hash covers the file as written
+    if problem:
+        raise RecordError(f"not used: {problem}")
     return rec
 
 
@@ -307,10 +306,17 @@ def load_records(root: str | os.PathLike) -> list[dict]:
         raise UserError(f"records path {one_line(str(root))} is neither a directory nor a file")
     else:
         raise UserError(f"records directory not found: {one_line(str(root))}")
-    records = []
+    records, seen = [], {}
     for p in paths:
         try:
-            records.append(read_record_file(p))
+            rec = read_record_file(p)
         except RecordError as err:
             log.warning("skipping %s: %s", one_line(str(p)), one_line(str(err)))
+            continue
+        key = (rec["run"]["run_id"], rec["status"])
+        if key in seen:  # the same run twice (a copied file): counted once
+            log.warning("skipping %s: not used: the same run as %s", one_line(str(p)), one_line(str(seen[key])))
+            continue
+        seen[key] = p
+        records.append(rec)
     return records

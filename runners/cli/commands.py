@@ -13,6 +13,7 @@ from typing import Any
 
 from fedbench.configs import flag_fields
 from fedbench.errors import UserError, user_failure
+from fedbench.outfiles import check_output
 from fedbench.runners.outputs.callbacks import Callback
 from fedbench.runners.cli.launch import execute, summary_line
 from fedbench.runners.outputs.tracking import trackers_for
@@ -63,7 +64,7 @@ def exit_status(rec: dict) -> int:
 
 
 def cmd_run(args) -> int:
-    from fedbench.records import is_finished, prepare_out_dir
+    from fedbench.records import RecordError, prepare_out_dir, read_record_status
     from fedbench.runners.core.spec import build_spec
 
     run, method_cfg, task_cfg = gather_configs(args)
@@ -71,7 +72,12 @@ def cmd_run(args) -> int:
     callbacks = [load_callback(ref) for ref in args.callback]
     prepare_out_dir(spec.run.out)
     path = spec.record_path()
-    if is_finished(path) and not args.force:
+    try:
+        done = not args.force and read_record_status(path) == "ok"
+    except RecordError as e:  # corrupt, another run's, or edited: not trusted, so run again
+        print(f"fedbench: warning: record {e}; running it again", file=sys.stderr)
+        done = False
+    if done:
         print(f"{spec.method} on {spec.task}: done already ({path}); --force runs it again")
         return 0
     rec, path = execute(spec, not args.no_progress, callbacks)
@@ -88,6 +94,8 @@ def cmd_sweep(args) -> int:
     runs = sweep.select(sweep.load_sweep(args.preset, out=args.out), args.only)
     for out in dict.fromkeys(r.spec.run.out for r in runs):
         prepare_out_dir(out, create=not args.dry_run)
+    for r in runs:  # a folder, FIFO or link out where a record goes: found before the first run
+        check_output(r.spec.record_path(), r.spec.run.out)
     for names in dict.fromkeys(tuple(r.spec.run.log) for r in runs):
         trackers_for(names)  # a tracker's missing package stops the sweep before its first run
     warn = lambda line: print(f"fedbench: warning: {line}", file=sys.stderr)  # noqa: E731

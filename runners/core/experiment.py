@@ -26,6 +26,7 @@ import torch
 
 from fedbench import records
 from fedbench.errors import UserError
+from fedbench.outfiles import check_output
 from fedbench.runners.outputs import checkpoint, failures
 from fedbench.runners.executors import ray_executor  # noqa: F401 - registers the "ray" executor (imports ray only when used)
 from fedbench.runners.executors import packed  # noqa: F401 - registers the "packed" executor
@@ -154,6 +155,7 @@ class Experiment:
         status, error, executor, resume = "ok", None, None, None
         ckpt = checkpoint.checkpoint_path(self.record_path())
         try:
+            check_output(self.record_path(), spec.run.out)  # where the record goes, before training (exit 2)
             self.setup()
             executor = self.make_executor()
             m = self.worker.method
