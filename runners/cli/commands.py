@@ -72,6 +72,7 @@ def cmd_run(args) -> int:
     callbacks = [load_callback(ref) for ref in args.callback]
     prepare_out_dir(spec.run.out)
     path = spec.record_path()
+    check_output(path, spec.run.out)  # a folder, FIFO or link out where the record goes: one line, exit 2
     try:
         done = not args.force and read_record_status(path) == "ok"
     except RecordError as e:  # corrupt, another run's, or edited: not trusted, so run again
