@@ -88,8 +88,13 @@ def save_model(record_path: Path, pool: ModelPool, method: Method, tensors: Mapp
     ``run.saved_model`` (paths relative to the record's folder, None where nothing was written)."""
     folder, stem = record_path.parent, record_path.stem
     am: AdapterModel = pool.get()
-    targets = [n for j in sorted(am.layer_modules) for n in am.layer_modules[j]]
-    lora_keys = {k for keys in am.layer_keys.values() for k in keys} if targets else set()
+    every_key = {k for keys in am.layer_keys.values() for k in keys}
+    lora_of = {n: {k for k in every_key if k.startswith(n + ".")}
+               for j in sorted(am.layer_modules) for n in am.layer_modules[j]}
+    # a module goes in the adapter only with all its LoRA factors global (FedSA-LoRA keeps B private:
+    # its A factors go to the global file, each client's B to its private file)
+    targets = [n for n, keys in lora_of.items() if keys and keys <= tensors.keys()]
+    lora_keys = set().union(*(lora_of[n] for n in targets)) if targets else set()
     adapter, rest = split_global(tensors, lora_keys, set(am.head_keys) if targets else set())
     pretrained = am.read(am.base_keys(rest))  # the pool's model holds the pretrained base weights
     rest = {k: t for k, t in rest.items() if k not in pretrained or not torch.equal(t.cpu(), pretrained[k].cpu())}
@@ -98,7 +103,8 @@ def save_model(record_path: Path, pool: ModelPool, method: Method, tensors: Mapp
         final = folder / f"{stem}.adapter"
         with torch.random.fork_rng(devices=[]):
             base = pool.task.build_model(pool.data, None).model.cpu()
-        peft_model = peft_adapter(base, lora, targets, am.bundle.head_modules, adapter)
+        heads = [h for h in am.bundle.head_modules if any(k.startswith(h + ".") for k in adapter)]  # a private head
+        peft_model = peft_adapter(base, lora, targets, heads, adapter)  # (FedSA-LoRA's) stays out of the adapter
         tmp = new_temp_dir(final, folder)  # checked first: a file or link named like the folder is refused
         try:
             with warnings.catch_warnings():
