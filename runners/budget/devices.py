@@ -24,7 +24,7 @@ from typing import Mapping
 import numpy as np
 
 from fedbench.infiles import read_yaml
-from fedbench.errors import UserError
+from fedbench.errors import UserError, shown
 from fedbench.numbers import exact_number
 from fedbench.runners.budget.shapes import PRECISIONS
 from fedbench.runners.core.tiers import largest_remainder
@@ -60,9 +60,16 @@ class Device:
                 "uplink_mbps": self.uplink_mbps, "downlink_mbps": self.downlink_mbps, "source": self.source}
 
 
+#: the largest figure a catalogue entry may give (GB, TFLOP/s, Mbit/s): beyond them a
+#: figure is a typo, and 1e300 GB overflows when turned into bytes
+MAX_FIGURE = {"memory_gb": 1e6, "tflops": 1e6, "uplink_mbps": 1e9, "downlink_mbps": 1e9}
+
+
 def _positive(name: str, key: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise UserError(f"device {name!r}: {key} must be a number > 0, got {value!r}")
+    hi = MAX_FIGURE[key.split(".")[0]]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 < value <= hi:
+        raise UserError(f"device {name!r}: {key} must be a number > 0 and <= {hi:g}, got {shown(value)}")
     return float(value)
 
 

@@ -21,8 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedbench.errors import UserError
+from fedbench.errors import UserError, user_failure
 from fedbench.infiles import read_json
+from fedbench.runners.budget.plan_checks import check_model_config
 from fedbench.tasks.base import ModelBundle, init_like
 from fedbench.runners.budget.shapes import SHAPES
 from fedbench.tasks.models import ENCODER_FAMILIES, LM_FAMILIES, EncoderClassifier, family_layout
@@ -47,8 +48,8 @@ def load_config(name: str | None, path: str | None):
         kw = {k: v for k, v in d.items() if k != "model_type"}
         try:
             return AutoConfig.for_model(d["model_type"], **kw), f"{path} ({d['model_type']})"
-        except ValueError as e:
-            raise UserError(f"--model-config {path}: {str(e).splitlines()[0]}") from None
+        except Exception as e:  # noqa: BLE001 -- transformers' validation errors are of several kinds
+            raise UserError(f"--model-config {path}: {user_failure(e)}") from None
     if name not in SHAPES:
         raise UserError(f"unknown model shape {name!r} (known: {', '.join(SHAPES)}; or give --model-config PATH)")
     model_type, kw, source = SHAPES[name]
@@ -134,8 +135,12 @@ class Shape:
                 "y": torch.zeros(batch_size, dtype=torch.long, device=m)}
 
 
-def shape_of(name: str | None, path: str | None, n_classes: int) -> Shape:
+def shape_of(name: str | None, path: str | None, n_classes: int, seq_len: int | None = None) -> Shape:
+    """The shape of the named model or ``--model-config``, checked (:mod:`.plan_checks`) at
+    ``seq_len`` tokens (None: positions not checked)."""
     cfg, source = load_config(name, path)
+    check_model_config(cfg, f"--model-config {path}" if path else f"model {name}", seq_len or 1,
+                       text=cfg.model_type != "vit")
     if cfg.model_type in ENCODER_FAMILIES:
         task: ShapeTask = EncoderShape()
     elif cfg.model_type == "vit":
