@@ -30,7 +30,7 @@ from fedbench.outfiles import check_output
 from fedbench.runners.outputs import checkpoint, failures
 from fedbench.runners.executors import ray_executor  # noqa: F401 - registers the "ray" executor (imports ray only when used)
 from fedbench.runners.executors import packed  # noqa: F401 - registers the "packed" executor
-from fedbench.runners.outputs.callbacks import Callback, DivergenceGuard
+from fedbench.runners.outputs.callbacks import Callback, DeadlineGuard, DivergenceGuard
 from fedbench.runners.core.environment import resolve_device, resolve_threads
 from fedbench.runners.core.evaluation import Evaluator
 from fedbench.runners.executors.executor import EXECUTORS, Executor
@@ -232,6 +232,8 @@ class Experiment:
     def make_loop(self, executor: Executor, ckpt: Path) -> Loop:
         r = self.spec.run
         callbacks: list[Callback] = [DivergenceGuard(r.divergence_factor)]
+        if r.deadline is not None:
+            callbacks.append(DeadlineGuard(r.rounds, r.deadline))
         if r.checkpoint_every:
             callbacks.append(checkpoint.Checkpointer(ckpt, r.checkpoint_every, r.rounds, self.spec.run_id, self.store,
                                                      self.sync_state))
