@@ -86,7 +86,7 @@ def _default_of(f: dataclasses.Field) -> Any:
 def field_specs(cls: type) -> tuple[FieldSpec, ...]:
     """Every field of config class ``cls`` with its declared role, flag and help (read once
     per class: the run id, the record and the leaderboard ask for it per run and per record)."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         flag = f.metadata.get("flag", False)
@@ -127,6 +127,12 @@ class FieldError(UserError):
     def __init__(self, name: str, value: Any, allowed: str):
         self.name, self.value, self.allowed = name, value, allowed
         super().__init__(f"bad value {_show(value)} for {name}: {allowed}")
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, once per class (a 2000-run preset builds 6000 configs)."""
+    return typing.get_type_hints(cls)
 
 
 _clip = shown  # a value in a message: bounded, whatever its size (errors.shown)
@@ -235,7 +241,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
 
 def build_config(cls: type, values: Mapping[str, Any] | None = None, section: str = "") -> Any:
     """Instantiate dataclass ``cls`` from a mapping, coercing types; unknown keys fail."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     alias = {a: f.name for f in fields.values() for a in f.metadata.get("aliases", ())}
     values = {alias.get(k, k): v for k, v in (values or {}).items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,8 @@ def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
     except UserError as e:
         raise UserError(f"preset {path}: {e}") from None
     specs, seen = [], {}
+    if len(runs) >= 1000:  # seconds per thousand runs: say so rather than look hung
+        print(f"fedbench: checking the {len(runs)} runs of {path} ...", file=sys.stderr, flush=True)
     for r in runs:
         if out:
             r["run"]["out"] = out
