@@ -119,3 +119,17 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
 def test_a_path_outside_the_root_is_refused(tmp_path):
     with pytest.raises(outfiles.OutputError, match="not inside"):
         outfiles.write_text(tmp_path / "a" / ".." / ".." / "b.md", "x", tmp_path / "a")
+
+
+def test_leaderboard_checks_every_table_before_writing_any(tmp_path, capsys):
+    import shutil
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "leaderboard" / "records"
+    for task in ("tiny_text", "tiny_vision"):
+        shutil.copytree(committed / task, tmp_path / "records" / task)
+    out = tmp_path / "board"
+    out.mkdir()
+    os.mkfifo(out / "tiny_vision.md")
+    err = _one_line_exit_2(main(["leaderboard", "--records", str(tmp_path / "records"), "--out", str(out)]), capsys)
+    assert "FIFO" in err and [p.name for p in out.iterdir()] == ["tiny_vision.md"]  # tiny_text.md not written either
