@@ -186,6 +186,12 @@ class RunConfig:
             raise UserError("--deadline (run.deadline) needs --devices: a round's time is simulated on the devices")
         if self.roc and self.capacities:
             raise UserError("give either --roc (run.roc) or --capacities (run.capacities), not both")
+        if self.device_catalog is not None and not self.devices:
+            raise UserError("--device-catalog (run.device_catalog) needs --devices: without device classes it "
+                            "would change nothing but the run id")
+        if self.workers != 1 and self.executor != "ray":
+            raise UserError(f"--workers {self.workers} is for --executor ray; the {self.executor} executor runs "
+                            "one client at a time in this process")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,6 @@
 
 from fedbench.registry import Registry, import_submodules
 
-METHODS: Registry = Registry("method", group="fedbench.methods")
+METHODS: Registry = Registry("method", group="fedbench.methods", base="fedbench.methods.base:Method")
 
 import_submodules(__name__)

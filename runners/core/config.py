@@ -72,4 +72,11 @@ def validate_run(method: str, task: str, run: Mapping[str, Any] | None, method_c
             raise UserError(f"--roc {run_cfg.roc!r} has {len(fr)} tiers but run.tier_ranks lists "
                             f"{len(run_cfg.tier_ranks)} ranks ({','.join(map(str, run_cfg.tier_ranks))}); "
                             f"give one rank per tier")
+    if run_cfg.devices:  # every named device class needs a throughput at the run's precision (plan refuses too)
+        from fedbench.runners.budget.devices import load_catalog
+
+        catalog = load_catalog(run_cfg.device_catalog)
+        for name in dict.fromkeys(s.split(":", 1)[0].strip() for s in str(run_cfg.devices).split(",")):
+            if name in catalog:
+                catalog[name].rate(run_cfg.precision)
     return method_key, task_key, run_cfg, method_cfg, task_cfg

@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from fedbench.errors import UserError
+from fedbench.numbers import exact_number
 from fedbench.methods.base import ClientProfile
 from fedbench.methods.paper_defaults import paper_defaults
 
@@ -36,15 +37,19 @@ def tier_ranks_for(tier_ranks: Sequence[int] | None, task_kind: str) -> list[int
     return list(paper_defaults(task_kind).tier_ranks)
 
 
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
 def parse_roc_exact(roc: str) -> list[Fraction]:
     """The tier shares of ``--roc a:b:c`` as exact fractions a/(a+b+c), ... (decimal ratios
     such as 0.6:0.4 are read exactly as written, not as binary floats)."""
     try:
-        parts = [Fraction(p.strip()) for p in roc.split(":")]
-    except (ValueError, ZeroDivisionError):
-        raise UserError(f"malformed --roc {roc!r}: expected ratios like 6:3:1") from None
+        parts = [exact_number(p) for p in roc.split(":")]
+    except ValueError as e:
+        raise UserError(f"malformed --roc {_short(roc)}: expected ratios like 6:3:1 ({e})") from None
     if len(parts) < 1 or any(p < 0 for p in parts) or sum(parts) <= 0:
-        raise UserError(f"malformed --roc {roc!r}: expected non-negative ratios like 6:3:1")
+        raise UserError(f"malformed --roc {_short(roc)}: expected non-negative ratios like 6:3:1")
     total = sum(parts)
     return [p / total for p in parts]
 

@@ -61,7 +61,8 @@ def private_head_method():
 
 
 def _run(tmp_path, method, runner):
-    exp = Experiment(method, "tiny_text", {**RUN, "out": str(tmp_path / runner), "runner": runner, "workers": 2},
+    workers = {"workers": 2} if runner == "ray" else {}  # --workers is the ray executor's only
+    exp = Experiment(method, "tiny_text", {**RUN, "out": str(tmp_path / runner), "runner": runner, **workers},
                      task_config=SMALL_TASK_CONFIGS["tiny_text"])
     rec, path = exp.run()
     assert rec["status"] == "ok", rec["error"]
