@@ -200,6 +200,17 @@ class ModelAndState:
         """
         return {}
 
+    @classmethod
+    def patch_model(cls, config: MethodConfig, model: torch.nn.Module) -> None:
+        """Change a model the runner has just built, once, after attaching ``extra_modules``
+        (every model: the worker's pool, fresh models for private state, the planner's,
+        the global model that is evaluated); e.g. fixed values of frozen tensors drawn from a
+        seed in ``config`` and forward hooks through which the extra modules' tensors enter
+        the adapted layers (RAVAN's cores between its frozen bases). Runs under the model's
+        build seed; deterministic, so every process builds the same model. A method that
+        overrides it has a step of its own (``Method.STEP_HOOKS``: the ``packed`` executor's
+        forward does not run these hooks). Default: nothing."""
+
     def layout(self) -> dict[str, Any]:
         """Structural facts of this run's method worth recording (JSON-serialisable), written
         to ``run.method_layout``, e.g. where DepthFL's classifiers sit. Default: none."""
