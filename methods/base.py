@@ -57,6 +57,7 @@ class Method(Planning, LocalTraining, Exchange, Evaluation, ModelAndState):
       ``local_loss``           an extra loss term
       ``hidden_blocks``        blocks whose outputs ``client_loss`` / ``eval_logits`` read
       ``client_statistics``    non-parameter tensors uploaded after training
+      ``quantised_activations`` blocks whose saved activations a client stores quantised, and the bits
       ``trained_factor``       the one LoRA factor (A or B) clients train in a round; None = both
     Aggregation and traffic (:class:`~fedbench.methods.hooks.Exchange`)
       ``client_payload``       the tensors sent down
@@ -96,7 +97,8 @@ class Method(Planning, LocalTraining, Exchange, Evaluation, ModelAndState):
     #: uploaded from the trained model); a method overriding any of them has a step of its
     #: own (``plain_step`` False), which executors run client by client, never packed. A new
     #: hook of that kind is added here, and every executor follows.
-    STEP_HOOKS: ClassVar[tuple[str, ...]] = ("client_loss", "local_loss", "client_statistics", "patch_model")
+    STEP_HOOKS: ClassVar[tuple[str, ...]] = ("client_loss", "local_loss", "client_statistics", "patch_model",
+                                              "quantised_activations")
     #: bump when a change gives its runs other results: recorded (run.method_version), in the run id from 2 on
     version: ClassVar[int] = 1
 

@@ -107,6 +107,15 @@ class LocalTraining:
         ``batches()`` iterates over its training data. Counted as traffic. Default: none."""
         return {}
 
+    def quantised_activations(self, plan: ClientPlan) -> dict[int, int]:
+        """{physical block j: bits}: the blocks whose activations saved for backward the
+        client stores quantised to ``bits`` (dequantised in backward: less memory, extra
+        compute; a memory lever, FedQuad's). Every step of the client runs so
+        (:mod:`~fedbench.runners.executors.act_quant`, through ``saved_tensors_hooks``), the
+        planner's measured step too, and the memory accountant counts the packed bytes. A
+        method that overrides it has a step of its own (``Method.STEP_HOOKS``). Default: none."""
+        return {}
+
     def trained_factor(self, rnd: int) -> Literal["A", "B"] | None:
         """The one LoRA factor every client trains (and uploads) in round ``rnd`` (1-based),
         the other frozen and shared so that the average is exact; a method's ``plan`` puts
