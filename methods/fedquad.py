@@ -6,13 +6,14 @@ memory; a greedy step across devices shortens the round's synchronisation barrie
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+
+from fedbench.methods import METHODS
+from fedbench.methods.base import ClientPlan, Method, MethodConfig
 
 from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
-from fedbench.methods import METHODS
-from fedbench.methods.base import ClientPlan, Method, MethodConfig
 
 DEPTH, QUANT, BUDGET = "lora_depth", "quantised_layers", "memory_budget_bytes"
 VARIANT = ("variant: the greedy's objective (here: steps x (1 + 2 D / L), devices of equal speed), the bits (8), "

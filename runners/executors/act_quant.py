@@ -18,10 +18,9 @@ counts matrix products).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
-
 from fedbench.runners.cost.meters import outer_pack
 
 BITS = (8,)
