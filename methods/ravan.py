@@ -32,7 +32,8 @@ from fedbench.errors import UserError
 
 NAME = "ravan"  # the extra module holding every adapted matrix's core
 HEADS = "heads"  # plan.extra: per module (in ``Ravan.modules`` order), the heads the client trains
-PRODUCT = ".P"  # the uploaded statistic of a module: s_i H_i of its trained heads, (h_k, r, r)
+PRODUCT = ".P"
+HOOK = "_fedbench_ravan_hook"  # the handle of the core hook on a patched lora_A  # the uploaded statistic of a module: s_i H_i of its trained heads, (h_k, r, r)
 VARIANT = ("variant: bases = disjoint blocks of seeded orthonormal bases, H = 0 and s = 1 at the start and after "
            "each round, weaker tiers train the heads of largest |s_i| ||H_i||; the paper's init, head rule and "
            "restart were not readable")
@@ -171,7 +172,11 @@ class Ravan(Method):
             with torch.no_grad():
                 lin_a.weight.copy_(orthonormal_blocks(d_in, rank, g).T)  # rows i r..(i+1) r: A_i
                 lin_b.weight.copy_(orthonormal_blocks(d_out, rank, g))  # columns: B_i
-            lin_a.register_forward_hook(lambda _m, _args, y, core=core: apply_cores(y, core.product()))
+            old = lin_a.__dict__.pop(HOOK, None)  # patched again (extra modules attached anew): one hook only
+            if old is not None:
+                old.remove()
+            lin_a.__dict__[HOOK] = lin_a.register_forward_hook(
+                lambda _m, _args, y, core=core: apply_cores(y, core.product()))
 
     def core_key(self, i: int, tensor: str) -> str:
         return f"{EXTRA_PREFIX}.{NAME}.{core_name(self.modules[i])}.{tensor}"

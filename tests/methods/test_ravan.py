@@ -84,7 +84,10 @@ def test_patched_model_has_seeded_orthonormal_bases_and_starts_at_the_base_model
         torch.testing.assert_close(before, base)  # H = 0: dW = 0
         core = am.model.get_submodule("fedbench_extra.ravan")[core_name(m.modules[0])]
         core.H.fill_(0.3)
-        assert not torch.allclose(am.model(x), before)  # the cores are in the forward
+        after = am.model(x)
+        assert not torch.allclose(after, before)  # the cores are in the forward
+        Ravan.patch_model(m.config, am.model)  # patched again: still one core per matrix
+        torch.testing.assert_close(am.model(x), after)
 
 
 def _base_forward(am, x):
