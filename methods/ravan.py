@@ -130,7 +130,8 @@ class Ravan(Method):
     - Compute heterogeneity (paper, abstract: weaker clients train fewer heads; the rule is
       the spec's, a variant): a tier of layer budget n_k trains h_k = ceil(h n_k / L) heads of
       every adapted matrix (--roc 6:3:1: 1/2, 3/4, all), those of largest |s_i| ||H_i||_F
-      in the global model (ties, e.g. round 1, at random; ``head_rule=random``: random);
+      in the global model (ties, e.g. round 1, at random, as on ``meta`` tensors, which have no
+      values: ``fedbench plan``; ``head_rule=random``: random);
       the others stay frozen at their global values (``LocalPhase.trained_slices``).
     - Traffic: up = h_k r^2 per matrix + the head; down = H, h r^2 per matrix + the head
       (headline: s = 1 after every aggregation, known); the payload as sent, with s, is the
@@ -200,7 +201,7 @@ class Ravan(Method):
             heads = []
             for i in range(len(self.modules)):
                 order = rng.permutation(self.h)  # ties (and head_rule=random) at random
-                if self.config.head_rule == "largest":
+                if self.config.head_rule == "largest" and not state.tensors[self.core_key(i, "H")].is_meta:
                     score = (state.tensors[self.core_key(i, "s")].abs()
                              * state.tensors[self.core_key(i, "H")].flatten(1).norm(dim=1)).tolist()
                     order = sorted(order.tolist(), key=lambda j: -score[j])

@@ -173,3 +173,11 @@ def test_traffic_on_the_twin_is_the_spec_formula():
 def test_config_refuses_a_rank_not_split_into_heads():
     with pytest.raises(Exception, match="multiple of heads"):
         RavanConfig(lora_r=6, heads=4)
+
+
+def test_plans_on_meta_tensors_draw_heads_at_random(tiny_am, ctx_for):
+    """``fedbench plan`` plans on ``meta`` tensors (no values): ties everywhere, heads at random."""
+    am, m = _method(tiny_am, ctx_for, heads=2, budgets=[(0, 1, 4)])
+    state = m.init_state({k: v.to("meta") for k, v in am.read(am.all_keys).items()})
+    plan = m.plan(1, [m.ctx.profiles[0]], state, np.random.default_rng(0))[0]
+    assert [len(h) for h in plan.extra[HEADS]] == [1, 1, 1]
