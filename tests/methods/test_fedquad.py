@@ -154,3 +154,8 @@ def test_traffic_on_the_twin_is_the_spec_formula():
 def test_config_checks():
     with pytest.raises(Exception, match="must be 8"):
         FedQuadConfig(bits=4)
+
+
+def test_its_step_is_its_own():
+    """The packed executor does not quantise: FedQuad's clients train one by one."""
+    assert FedQuad.step_overrides() == ["quantised_activations"] and not FedQuad.plain_step()

@@ -181,3 +181,8 @@ def test_plans_on_meta_tensors_draw_heads_at_random(tiny_am, ctx_for):
     state = m.init_state({k: v.to("meta") for k, v in am.read(am.all_keys).items()})
     plan = m.plan(1, [m.ctx.profiles[0]], state, np.random.default_rng(0))[0]
     assert [len(h) for h in plan.extra[HEADS]] == [1, 1, 1]
+
+
+def test_its_step_is_its_own():
+    """The packed executor's forward runs neither the core hooks nor the products: sequential."""
+    assert Ravan.step_overrides() == ["client_statistics", "patch_model"] and not Ravan.plain_step()
