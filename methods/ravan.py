@@ -127,8 +127,9 @@ class Ravan(Method):
       (:func:`ravan_merge`): P_i averaged with example weights over the clients that trained
       head i (exact, the bases being shared); restart H_i = mean P_i, s_i = 1 (variant: the
       paper's restart was not readable; it keeps every product).
-    - Compute heterogeneity (paper, abstract: weaker clients train fewer heads; the rule is
-      the spec's, a variant): a tier of layer budget n_k trains h_k = ceil(h n_k / L) heads of
+    - Compute heterogeneity (the abstract names computational heterogeneity, the summary and
+      reviews a head-selection ablation; that a weaker client trains a subset of the heads is
+      the spec's reading and the rule below the spec's, a variant): a tier of layer budget n_k trains h_k = ceil(h n_k / L) heads of
       every adapted matrix (--roc 6:3:1: 1/2, 3/4, all), those of largest |s_i| ||H_i||_F
       in the global model (ties, e.g. round 1, at random, as on ``meta`` tensors, which have no
       values: ``fedbench plan``; ``head_rule=random``: random);
