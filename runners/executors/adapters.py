@@ -233,6 +233,10 @@ class AdapterModel:
         finally:
             setattr(parent, attr, full)
 
+    def physical_blocks(self) -> dict[int, nn.Module]:
+        """{j: block j of the full model}, also while :meth:`subset_blocks` swaps the container."""
+        return dict(enumerate(self._blocks))
+
     def n_params_bytes(self) -> int:
         """Bytes of the parameters a client's model holds: every parameter reachable from
         the model (after subsetting) except the LoRA of other adapters than the active one
