@@ -18,11 +18,11 @@ TINY = ("tiny_vision", "tiny_text", "tiny_lm")
 
 def task_config_for(method: str, task: str) -> dict | None:
     """The small config of ``task`` on which ``method`` can run: the plain one, or for a
-    method that needs architectures (``needs_archs``) the first variant offering them;
-    None if there is none."""
-    needs = METHODS.get(method).needs_archs
+    method that needs architectures (``needs_archs``) or declared parts (``needs_parts``) the
+    first variant offering them; None if there is none."""
+    needs, cls = METHODS.get(method).needs_archs, METHODS.get(method)
     task_cls = TASKS.get(task)
-    for variant in ([{}] if not needs else []) + ARCH_TASK_CONFIGS.get(task, []):
+    for variant in ([{}] if not (needs or cls.needs_parts) else []) + ARCH_TASK_CONFIGS.get(task, []):
         cfg = {**SMALL_TASK_CONFIGS[task], **variant}
         if all(a in task_cls(build_config(task_cls.config_cls, cfg, "task")).archs() for a in needs):
             return cfg

@@ -3,6 +3,7 @@
 carried between rounds, what goes up and down; plus their server rules on hand-built
 updates and the target-metric cost section."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -159,22 +160,55 @@ def test_fedlora_config_is_checked():
         build_config(cls, {"adapter": "direct", "archs": "hetero"}, "method")
     with pytest.raises(UserError, match="mu"):
         build_config(cls, {"mu": 1.5}, "method")
-    with pytest.raises(UserError, match="archs"):
-        build_config(cls, {"archs": "cnn9"}, "method")
 
 
-def test_family_needs_the_cnn_architectures(tmp_path):
-    with pytest.raises(UserError, match="needs the architectures"):
-        Experiment("fedlora", "tiny_vision", dict(rounds=1, out=str(tmp_path)), task_config={"model": "vit"})
+def cnn_ctx() -> MethodContext:
+    """The context a Table 1 CNN task gives (CNN-1's model; the task's five architectures)."""
+    from fedbench.tasks.cnn import ARCHS
+    from fedbench.tasks.cnn_task import cnn_bundle
+
+    parts = cnn_bundle("cnn1", 3, N_CLASSES, 32).parts
+    return MethodContext(n_layers=2, layer_keys={0: [], 1: []}, head_keys=["head.weight"], profiles={}, lora_r=8,
+                         lora_alpha=16.0, n_classes=N_CLASSES, parts=parts, archs=ARCHS,
+                         build_model=lambda arch: cnn_bundle(arch, 3, N_CLASSES, 32))
+
+
+@pytest.mark.parametrize("method,field", [("fedlora", "archs"), ("fml", "archs"), ("fml", "shared_arch")])
+def test_architectures_must_be_the_tasks(method, field):
+    """archs / shared_arch name one of the architectures the task offers (Task.archs), not a table of the methods'."""
+    cls = METHODS.get(method)
+    METHODS.get(method)(build_config(cls.config_cls, {field: "cnn3"}, "method"), cnn_ctx())  # one of the task's
+    with pytest.raises(UserError, match=f"method.{field}.*cnn1, cnn2, cnn3, cnn4, cnn5"):
+        cls(build_config(cls.config_cls, {field: "cnn9"}, "method"), cnn_ctx())
+
+
+def test_widths_come_from_the_declared_parts():
+    """FedLoRA's adapters and FedProto's prototypes are sized by the widths the model declares."""
+    ctx = cnn_ctx()
+    ctx = MethodContext(**{**ctx.__dict__, "parts": dataclasses.replace(ctx.parts, widths=(6, 7))})
+    fedlora, fedproto = METHODS.get("fedlora"), METHODS.get("fedproto")
+    down = fedlora.extra_modules(fedlora.config_cls(rank=3), ctx, None)["adapter"].down
+    assert down.weight.shape == (3, 7)  # r's declared width, not a table's 500
+    direct = fedlora.extra_modules(fedlora.config_cls(archs="cnn3", rank=3), ctx, None)["adapter"].reduce
+    assert direct.weight.shape == (3, 1000)  # h's width as CNN-3's own model declares it (its FC1)
+    assert fedproto.extra_modules(fedproto.config_cls(), ctx, None)["proto"].means.shape == (N_CLASSES, 7)
+
+
+def test_family_needs_a_model_that_declares_its_parts(tmp_path):
+    run = dict(rounds=1, out=str(tmp_path))
+    task = {"model": "vit", "n_train_per_domain": 8, "n_test_per_domain": 4}
+    with pytest.raises(UserError):  # the ViT has no 'none' profile (the family trains whole models)
+        Experiment("fedlora", "tiny_vision", run, task_config=task).run()
+    with pytest.raises(UserError, match="declares no parts"):
+        Experiment("fedlora", "tiny_vision", run, method_config={"lora_targets": "qv"}, task_config=task).run()
 
 
 def test_client_architecture_rule():
     family = ("a", "b", "c")
     assert [assign_arch(c, "hetero", family) for c in range(7)] == ["a", "b", "c", "a", "b", "c", "a"]
     assert assign_arch(5, "b", family) == "b"
-    # the default reproduces FedLoRA's assignment by client id, CNN-(c mod 5 + 1)
-    m = METHODS.get("lg_fedavg").__new__(METHODS.get("lg_fedavg"))
-    m.config = METHODS.get("lg_fedavg").config_cls()
+    # the default reproduces FedLoRA's assignment by client id, CNN-(c mod 5 + 1): the task's architectures in turn
+    m = METHODS.get("lg_fedavg")(METHODS.get("lg_fedavg").config_cls(), cnn_ctx())
     assert [m.client_arch(c) for c in range(12)] == [f"cnn{c % 5 + 1}" for c in range(12)]
 
 
