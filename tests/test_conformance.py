@@ -13,7 +13,14 @@ from fedbench.tasks import TASKS
 from fedbench.config import build_config
 from smoke import ARCH_TASK_CONFIGS, SMALL_TASK_CONFIGS
 
-TINY = ("tiny_vision", "tiny_text", "tiny_lm")
+#: every registered tiny task (``Task.tiny``): a new one is covered without being listed here
+TINY = tuple(t for t in TASKS.keys() if TASKS.get(t).tiny)
+
+
+def test_every_tiny_task_has_a_small_config():
+    """The registry's tiny tasks (at least the three built in) each have a smoke-size config."""
+    assert {"tiny_vision", "tiny_text", "tiny_lm"} <= set(TINY)
+    assert set(TINY) <= set(SMALL_TASK_CONFIGS), "add the new tiny task to tests/smoke.py SMALL_TASK_CONFIGS"
 
 
 def task_config_for(method: str, task: str) -> dict | None:
@@ -33,6 +40,7 @@ CASES = [
     (m, t)
     for m in METHODS.keys()
     for t in TINY
+    if t in SMALL_TASK_CONFIGS  # else test_every_tiny_task_has_a_small_config fails
     if TASKS.get(t).kind in METHODS.get(m).task_kinds and task_config_for(m, t) is not None
 ]
 
@@ -78,8 +86,10 @@ def test_method_runs_two_rounds(method, task, tmp_path):
 #: rounds on a tiny classification task for every method to beat its own untrained model
 #: (the slowest learners, the partial-layer and rank-1 tiers, need a few)
 LEARN_ROUNDS = 5
-#: the first of these a method can run on (tiny_text; tiny_vision's CNNs for the FedLoRA family)
+#: the first of these a method can run on (tiny_text; tiny_vision's CNNs for the FedLoRA family),
+#: then any other tiny classification task of the registry
 LEARN_TASKS = ("tiny_text", "tiny_vision")
+LEARN_TASKS += tuple(t for t in TINY if TASKS.get(t).kind == "classification" and t not in LEARN_TASKS)
 #: methods that may not beat their untrained model here, with the reason
 LEARN_EXCEPTIONS: dict[str, str] = {}
 LEARN_DATA = {"tiny_vision": {"n_train_per_domain": 80, "n_test_per_domain": 10}}

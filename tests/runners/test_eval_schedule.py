@@ -10,11 +10,11 @@ import torch
 
 from fedbench.configs import eval_period
 from fedbench.runners.cli.cli import main
-from fedbench.runners.core.experiment import Experiment
 from fedbench.runners.core.spec import build_spec
 from fedbench.tasks.tiny import TinyText
 
 from smoke import SMALL_TASK_CONFIGS
+from helpers import run_ok
 
 
 @pytest.mark.parametrize("rounds, eval_every, tiny, period", [
@@ -25,10 +25,8 @@ def test_eval_period(rounds, eval_every, tiny, period):
 
 
 def _run(tmp_path, **run):
-    exp = Experiment("fedavg", "tiny_text", {"clients": 4, "per_round": 2, "max_steps": 1, "out": str(tmp_path), **run},
-                     task_config=SMALL_TASK_CONFIGS["tiny_text"])
-    rec, _ = exp.run()
-    assert rec["status"] == "ok", rec["error"]
+    rec, _, exp = run_ok("fedavg", "tiny_text", {"clients": 4, "per_round": 2, "max_steps": 1, "out": str(tmp_path),
+                                                 **run}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
     return rec, exp
 
 
