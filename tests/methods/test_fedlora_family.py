@@ -5,6 +5,7 @@ updates and the target-metric cost section."""
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -31,22 +32,37 @@ CNN_KEYS = {f"{m}.{p}" for m in ("convs.0", "convs.3", "fc.0.linear", "fc.1.line
 CNN_KEYS |= HEAD_KEYS
 
 
-def run_family(method, tmp_path, method_config=None, rounds=2):
-    with spying() as spy:
-        exp = Experiment(method, "tiny_vision", dict(rounds=rounds, clients=4, per_round=4, seed=0, out=str(tmp_path),
-                                                     eval_initial=True, target_metric=0.0, executor="spy"),
-                         method_config=method_config, task_config=TASK)
-        rec, _ = exp.run()
-    assert rec["status"] == "ok", rec["error"]
-    validate_record(rec)
-    # what each client stored after round 1 (the store hands it back in round 2)
-    spy.after_round1 = {j.plan.client: r.private for j, r in zip(spy.jobs, spy.results) if j.round == 1}
-    return exp, rec, spy
+_RUNS: dict = {}  # (method, config, rounds) -> (exp, rec, spied): each run once per test process
+
+
+@pytest.fixture
+def run_family(tmp_path_factory):
+    """run_family(method, method_config=None, rounds=2) -> (experiment, record, what the spy saw);
+    the tests only read them, so a run asked for again is the one already made."""
+
+    def run(method, method_config=None, rounds=2):
+        key = (method, repr(method_config), rounds)
+        if key not in _RUNS:
+            out = tmp_path_factory.mktemp(method)
+            with spying() as spy:
+                run = dict(rounds=rounds, clients=4, per_round=4, seed=0, out=str(out), eval_initial=True,
+                           target_metric=0.0, executor="spy")
+                exp = Experiment(method, "tiny_vision", run, method_config=method_config, task_config=TASK)
+                rec, _ = exp.run()
+            assert rec["status"] == "ok", rec["error"]
+            validate_record(rec)
+            spied = SimpleNamespace(jobs=list(spy.jobs), results=list(spy.results))
+            # what each client stored after round 1 (the store hands it back in round 2)
+            spied.after_round1 = {j.plan.client: r.private for j, r in zip(spied.jobs, spied.results) if j.round == 1}
+            _RUNS[key] = exp, rec, spied
+        return _RUNS[key]
+
+    return run
 
 
 @pytest.mark.parametrize("method", FAMILY)
-def test_runs_with_private_cnns_and_local_records(method, tmp_path):
-    exp, rec, spy = run_family(method, tmp_path)
+def test_runs_with_private_cnns_and_local_records(method, run_family):
+    exp, rec, spy = run_family(method)
     # per-client local evaluation, heterogeneous architectures by client id
     assert rec["results"]["evaluation"] == "local"
     assert set(rec["results"]["per_client"]) == {"0", "1", "2", "3"}
@@ -69,8 +85,8 @@ def test_runs_with_private_cnns_and_local_records(method, tmp_path):
         assert not set(res.upload) & set(exp.method.private_keys(ClientPlan(res.client, 0, ())))
 
 
-def test_standalone_exchanges_nothing(tmp_path):
-    exp, rec, spy = run_family("standalone", tmp_path)
+def test_standalone_exchanges_nothing(run_family):
+    exp, rec, spy = run_family("standalone")
     costs = [c for _, c in exp.state.costs]
     assert costs and all(c.up_bytes == 0 and c.down_bytes == 0 for c in costs)
     assert all(j.payload == {} for j in spy.jobs) and all(r.upload == {} for r in spy.results)
@@ -79,8 +95,8 @@ def test_standalone_exchanges_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("method,dim", [("fd", N_CLASSES), ("fedproto", 500)])
-def test_statistics_methods_upload_per_class_statistics(method, dim, tmp_path):
-    exp, rec, spy = run_family(method, tmp_path)
+def test_statistics_methods_upload_per_class_statistics(method, dim, run_family):
+    exp, rec, spy = run_family(method)
     name = "fd" if method == "fd" else "proto"
     keys = {f"fedbench_extra.{name}.means", f"fedbench_extra.{name}.counts"}
     for job, res in zip(spy.jobs, spy.results):
@@ -100,16 +116,16 @@ def test_statistics_methods_upload_per_class_statistics(method, dim, tmp_path):
         assert "top1_proto" in rec["results"]["extra"]
 
 
-def test_lg_fedavg_shares_the_classifier_only(tmp_path):
-    exp, rec, spy = run_family("lg_fedavg", tmp_path)
+def test_lg_fedavg_shares_the_classifier_only(run_family):
+    exp, rec, spy = run_family("lg_fedavg")
     for job, res in zip(spy.jobs, spy.results):
         assert set(job.payload) == set(HEAD_KEYS) == set(res.upload)
         assert set(res.private) == set(CNN_KEYS) - set(HEAD_KEYS)
 
 
 @pytest.mark.parametrize("method", ["fml", "fedkd"])
-def test_shared_model_is_cnn5_and_the_only_upload(method, tmp_path):
-    exp, rec, spy = run_family(method, tmp_path)
+def test_shared_model_is_cnn5_and_the_only_upload(method, run_family):
+    exp, rec, spy = run_family(method)
     for res in spy.results:
         assert set(res.upload) and all(k.startswith("fedbench_extra.shared.") for k in res.upload)
         assert res.upload["fedbench_extra.shared.fc.0.linear.weight"].shape == (500, 800)  # CNN-5's FC1
@@ -117,8 +133,8 @@ def test_shared_model_is_cnn5_and_the_only_upload(method, tmp_path):
     assert "top1_shared" in rec["results"]["extra"]
 
 
-def test_fedlora_uploads_the_adapter_and_averages_it(tmp_path):
-    exp, rec, spy = run_family("fedlora", tmp_path, rounds=1)
+def test_fedlora_uploads_the_adapter_and_averages_it(run_family):
+    exp, rec, spy = run_family("fedlora", rounds=1)
     keys = {"fedbench_extra.adapter.down.weight", "fedbench_extra.adapter.up.weight", "fedbench_extra.adapter.up.bias"}
     for res in spy.results:
         assert set(res.upload) == keys and set(res.private) == set(CNN_KEYS)
@@ -141,16 +157,16 @@ def test_fedlora_phase2_leaves_the_cnn_and_phase1_the_adapter(tmp_path):
     exp.store.close()
 
 
-def test_fedlora_direct_adapter_in_the_homogeneous_setting(tmp_path):
-    exp, rec, spy = run_family("fedlora", tmp_path, method_config={"archs": "cnn1", "rank": 7}, rounds=1)
+def test_fedlora_direct_adapter_in_the_homogeneous_setting(run_family):
+    exp, rec, spy = run_family("fedlora", method_config={"archs": "cnn1", "rank": 7}, rounds=1)
     assert set(rec["run"]["client_archs"].values()) == {"cnn1"}
     assert spy.results[0].upload["fedbench_extra.adapter.reduce.weight"].shape == (7, 2000)  # FC1 of CNN-1 -> rank
 
 
-def test_fedlora_default_rank_is_below_the_class_count(tmp_path):
+def test_fedlora_default_rank_is_below_the_class_count(run_family):
     """No rank configured: d_1 = C // 2, a genuinely low-rank 500 x C factorisation (tiny_vision: C = 10)."""
     assert [default_rank(c) for c in (2, 10, 100)] == [2 // 2, 10 // 2, 100 // 2]
-    exp, rec, spy = run_family("fedlora", tmp_path, rounds=1)
+    exp, rec, spy = run_family("fedlora", rounds=1)
     assert spy.results[0].upload["fedbench_extra.adapter.down.weight"].shape == (10 // 2, 500)
 
 
