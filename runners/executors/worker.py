@@ -161,7 +161,7 @@ class WorkerSpec:
             pool = ModelPool(self.task_cls(spec.task_config), data, spec.lora, spec.run.seed, torch.device(self.device))
         am = pool.get()  # the default architecture: global model, server tools, evaluation
         ctx = method_context(am, profiles, spec.run.rounds, pool.task, data.n_classes, data.info, server, memory,
-                             build_model=functools.partial(pool.task.build_model, data))
+                             archs=pool.task.archs(), build_model=functools.partial(pool.task.build_model, data))
         cls, cfg = self.method_cls, spec.method_config
         pool.set_extras(lambda head: cls.extra_modules(cfg, ctx, head))
         method = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))  # a complete context
