@@ -35,7 +35,7 @@ class SharedModelMethod(PersonalisedMethod):
     def extra_modules(cls, config, ctx, head):
         cls.declared_parts(ctx)
         check_arch("shared_arch", config.shared_arch, ctx.archs)
-        return {"shared": ctx.build_model(config.shared_arch).model}
+        return {"shared": ctx.model_of(config.shared_arch).model}
 
     def shared_keys(self) -> list[str]:
         return extra_keys("shared", self.ctx.extra_keys)

@@ -180,15 +180,22 @@ class MethodContext:
     archs: tuple[str, ...] = ()
     build_model: Callable[[str | None], ModelBundle] | None = None
 
+    def model_of(self, arch: str) -> ModelBundle:
+        """A fresh model of architecture ``arch`` (``build_model``, drawing from the global torch
+        RNG); a UserError where no task builds models."""
+        if self.build_model is None:
+            from fedbench.errors import UserError
+
+            raise UserError(f"no task builds a model of architecture {arch!r} here")
+        return self.build_model(arch)
+
     def parts_of(self, arch: str) -> ModelParts:
         """The declared parts of architecture ``arch``'s model, read from a fresh model built
         with the RNG untouched (a UserError if the task builds no models or ``arch`` declares none)."""
         from fedbench.errors import UserError
 
-        if self.build_model is None:
-            raise UserError(f"no task builds a model of architecture {arch!r} here")
         with torch.random.fork_rng(devices=[]):
-            parts = self.build_model(arch).parts
+            parts = self.model_of(arch).parts
         if parts is None:
             raise UserError(f"the model of architecture {arch!r} declares no parts")
         return parts
