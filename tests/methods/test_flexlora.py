@@ -5,7 +5,7 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate
 from fedbench.methods.flexlora import FlexLoRA
-from fedbench.methods.rank_hetero import RankConfig, base_key
+from fedbench.methods.rank_hetero import AuthorsRuleConfig, base_key
 from fedbench.methods.base import tensor_bytes
 from fedbench.runners.executors.train import adapter_for
 from helpers import method_setup
@@ -16,7 +16,7 @@ ALPHA = 8.0
 
 
 def _setup(ranks):
-    return method_setup(FlexLoRA, [(t, 3, r) for t, r in enumerate(ranks)], RankConfig(lora_r=4, lora_alpha=ALPHA),
+    return method_setup(FlexLoRA, [(t, 3, r) for t, r in enumerate(ranks)], AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA),
                         base=True, alpha=ALPHA)
 
 

@@ -8,7 +8,7 @@ from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState, Traffic, tensor_bytes
 from fedbench.methods.flora import FLoRA
 from fedbench.methods.aggregation import stack_lora
-from fedbench.methods.rank_hetero import RankConfig
+from fedbench.methods.rank_hetero import AuthorsRuleConfig
 from fedbench.runners.executors.train import adapter_for
 from helpers import method_setup
 
@@ -18,7 +18,7 @@ ALPHA = 8.0
 
 
 def _setup(ranks):
-    return method_setup(FLoRA, [(t, 3, r) for t, r in enumerate(ranks)], RankConfig(lora_r=4, lora_alpha=ALPHA),
+    return method_setup(FLoRA, [(t, 3, r) for t, r in enumerate(ranks)], AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA),
                         base=True, alpha=ALPHA)
 
 
