@@ -38,6 +38,7 @@ class Method(Planning, LocalTraining, Exchange, Evaluation, ModelAndState):
       ``evaluation``           "global": the global model on the test split; "local": each client's own
       ``requires_full_tier``   trains only clients whose budget covers every layer
       ``needs_archs``          architectures the task must offer (``Task.archs``)
+      ``needs_parts``          the task's model must declare its parts (``ModelBundle.parts``)
       ``communicates``         False: exchanges nothing (local training only)
       ``family``               the section of the methods document it belongs to (plots draw a family together)
       ``STEP_HOOKS``           the local-training hooks that make a step a method's own (``plain_step``)
@@ -86,8 +87,11 @@ class Method(Planning, LocalTraining, Exchange, Evaluation, ModelAndState):
     evaluation: ClassVar[Literal["global", "local"]] = "global"
     #: the default ``check_tiers`` refuses a federation without such a client (``exclusive``)
     requires_full_tier: ClassVar[bool] = False
-    #: empty = any task of a supported kind (the FedLoRA family needs the Table 1 CNNs)
+    #: empty = any task of a supported kind
     needs_archs: ClassVar[tuple[str, ...]] = ()
+    #: True: it splits the model by its declared parts (the FedLoRA family), so the task's
+    #: model must declare them (``ModelBundle.parts``, with their widths)
+    needs_parts: ClassVar[bool] = False
     #: False (a lower reference): its payloads and uploads are empty by design
     communicates: ClassVar[bool] = True
     #: its family, a section of the methods document (``leaderboard.families`` orders them;

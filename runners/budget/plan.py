@@ -88,7 +88,7 @@ def plan_rows(model: str | None, model_config: str | None, methods: list[str], d
     rows = []
     for key in methods:
         cls = METHODS.get(key)
-        if shape.task.kind not in cls.task_kinds or cls.needs_archs:
+        if shape.task.kind not in cls.task_kinds or cls.needs_archs or cls.needs_parts:
             if explicit:  # asked for by name: say why it has no row of figures
                 rows += [Row(key, d, False, f"{key} does not train a {shape.task.kind} model of one architecture")
                          for d in devices]

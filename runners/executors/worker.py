@@ -12,6 +12,7 @@ the same result anywhere, because every random draw of a job comes from the job'
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -164,7 +165,8 @@ class WorkerSpec:
         if pool is None:
             pool = ModelPool(self.task_cls(spec.task_config), data, spec.lora, spec.run.seed, torch.device(self.device))
         am = pool.get()  # the default architecture: global model, server tools, evaluation
-        ctx = method_context(am, profiles, spec.run.rounds, pool.task, data.n_classes, data.info, server, memory)
+        ctx = method_context(am, profiles, spec.run.rounds, pool.task, data.n_classes, data.info, server, memory,
+                             archs=pool.task.archs(), build_model=functools.partial(pool.task.build_model, data))
         cls, cfg = self.method_cls, spec.method_config
         pool.set_extras(lambda head: cls.extra_modules(cfg, ctx, head), lambda model: cls.patch_model(cfg, model))
         method = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))  # a complete context
