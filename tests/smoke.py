@@ -18,6 +18,22 @@ ARCH_TASK_CONFIGS = {
 }
 
 
+def task_config_for(method: str, task: str) -> dict | None:
+    """The small config of ``task`` on which ``method`` can run: the plain one, or for a
+    method that needs architectures (``needs_archs``) or declared parts (``needs_parts``) the
+    first variant offering them; None if there is none."""
+    from fedbench.config import build_config
+    from fedbench.methods import METHODS
+    from fedbench.tasks import TASKS
+
+    cls, task_cls = METHODS.get(method), TASKS.get(task)
+    for variant in ([{}] if not (cls.needs_archs or cls.needs_parts) else []) + ARCH_TASK_CONFIGS.get(task, []):
+        cfg = {**SMALL_TASK_CONFIGS[task], **variant}
+        if all(a in task_cls(build_config(task_cls.config_cls, cfg, "task")).archs() for a in cls.needs_archs):
+            return cfg
+    return None
+
+
 def shared_data(name: str) -> Path:
     """``shared/data/<name>`` beside the nearest ancestor that has it (checkouts and worktrees
     sit at different depths); a path that does not exist when none has it."""

@@ -10,8 +10,7 @@ from fedbench.runners.core.experiment import Experiment
 from fedbench.records import validate_record
 from fedbench.tasks import TASKS
 
-from fedbench.config import build_config
-from smoke import ARCH_TASK_CONFIGS, SMALL_TASK_CONFIGS
+from smoke import SMALL_TASK_CONFIGS, task_config_for
 
 #: every registered tiny task (``Task.tiny``): a new one is covered without being listed here
 TINY = tuple(t for t in TASKS.keys() if TASKS.get(t).tiny)
@@ -21,19 +20,6 @@ def test_every_tiny_task_has_a_small_config():
     """The registry's tiny tasks (at least the three built in) each have a smoke-size config."""
     assert {"tiny_vision", "tiny_text", "tiny_lm"} <= set(TINY)
     assert set(TINY) <= set(SMALL_TASK_CONFIGS), "add the new tiny task to tests/smoke.py SMALL_TASK_CONFIGS"
-
-
-def task_config_for(method: str, task: str) -> dict | None:
-    """The small config of ``task`` on which ``method`` can run: the plain one, or for a
-    method that needs architectures (``needs_archs``) or declared parts (``needs_parts``) the
-    first variant offering them; None if there is none."""
-    needs, cls = METHODS.get(method).needs_archs, METHODS.get(method)
-    task_cls = TASKS.get(task)
-    for variant in ([{}] if not (needs or cls.needs_parts) else []) + ARCH_TASK_CONFIGS.get(task, []):
-        cfg = {**SMALL_TASK_CONFIGS[task], **variant}
-        if all(a in task_cls(build_config(task_cls.config_cls, cfg, "task")).archs() for a in needs):
-            return cfg
-    return None
 
 
 CASES = [

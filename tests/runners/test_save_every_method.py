@@ -10,24 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from fedbench.config import build_config
 from fedbench.methods import METHODS
 from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks import TASKS
 
-from smoke import ARCH_TASK_CONFIGS, SMALL_TASK_CONFIGS, one_per_family
+from smoke import one_per_family, task_config_for
 
 
 def _task_for(method: str) -> tuple[str, dict]:
-    needs = METHODS.get(method).needs_archs
     for task in ("tiny_text", "tiny_vision"):
-        if TASKS.get(task).kind not in METHODS.get(method).task_kinds:
-            continue
-        task_cls = TASKS.get(task)
-        for variant in ([{}] if not needs else []) + ARCH_TASK_CONFIGS.get(task, []):
-            cfg = {**SMALL_TASK_CONFIGS[task], **variant}
-            if all(a in task_cls(build_config(task_cls.config_cls, cfg, "task")).archs() for a in needs):
-                return task, cfg
+        if TASKS.get(task).kind in METHODS.get(method).task_kinds and (cfg := task_config_for(method, task)) is not None:
+            return task, cfg
     raise AssertionError(f"no tiny task runs {method}")
 
 
