@@ -23,6 +23,7 @@ import difflib
 import importlib
 import logging
 import pkgutil
+import re
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
@@ -52,18 +53,66 @@ def plugin_entry_points(group: str | None = None) -> list:
 PLUGIN_GROUPS = ("fedbench.methods", "fedbench.tasks")
 
 
+def unknown_key(kind: str, key: str, choices: list[str]) -> UserError:
+    """The one line for a key no registry holds, with the nearest one as a hint (the
+    registry's own error, and the CLI's check before the imports: :func:`declared_keys`)."""
+    choices = sorted(choices)
+    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.0)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return UserError(f"unknown {kind} {key!r}{hint} (choose from: {', '.join(choices)})")
+
+
+#: ``@METHODS.register("key", ..., aliases=("a", ...))`` up to the class or function it decorates
+_DECLARATION = re.compile(r'@(\w+)\.register\(\s*"([^"]+)"(.*?)\n(?:class|def) ', re.S)
+_ALIASES = re.compile(r"aliases=\(([^)]*)\)")
+
+
+def declared_keys(package: str, registry: str) -> list[str]:
+    """Every key and alias ``registry`` (its name in the source, e.g. ``METHODS``) is given
+    by a ``@REGISTRY.register(...)`` decorator in a module of ``package``, read from the
+    source text without importing it (so without torch): what ``fedbench run`` checks a
+    ``--method`` against before the imports. A test checks it equals the registry's keys
+    and aliases once the modules are imported. Plugins are not in it
+    (:func:`plugin_entry_points` lists their names)."""
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    spec = find_spec(package)
+    keys: list[str] = []
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for path in sorted(Path(folder).glob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if f"@{registry}.register(" not in text:
+                continue
+            for name, key, rest in _DECLARATION.findall(text):
+                if name == registry:
+                    aliases = _ALIASES.search(rest)
+                    keys += [key] + (re.findall(r'"([^"]+)"', aliases.group(1)) if aliases else [])
+    return sorted(keys)
+
+
 class Registry(Generic[T]):
-    def __init__(self, kind: str, group: str | None = None):
+    """Keys of one kind. ``package`` (e.g. ``fedbench.methods``): the package whose modules
+    register the built-in entries, imported the first time the registry is read (so that
+    importing the package, or a module of it such as ``fedbench.tasks.setting``, does not
+    import every method or task and torch with them)."""
+
+    def __init__(self, kind: str, group: str | None = None, package: str | None = None):
         self.kind = kind
         self.group = group  # entry-point group of plugins (None: no plugins)
+        self.package = package
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}
-        self._plugins_loaded = group is None
+        self._plugins_loaded = group is None and package is None
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
             return
-        self._plugins_loaded = True
+        self._plugins_loaded = True  # first: a module imported below may read the registry
+        if self.package is not None:
+            import_submodules(self.package)
+        if self.group is None:
+            return
         for ep in plugin_entry_points(self.group):
             try:
                 obj = ep.load()
@@ -104,10 +153,7 @@ class Registry(Generic[T]):
             return key
         if key in self._aliases:
             return self._aliases[key]
-        choices = sorted(list(self._entries) + list(self._aliases))
-        close = difflib.get_close_matches(key, choices, n=1, cutoff=0.0)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise UserError(f"unknown {self.kind} {key!r}{hint} (choose from: {', '.join(choices)})")
+        raise unknown_key(self.kind, key, list(self._entries) + list(self._aliases))
 
     def get(self, key: str) -> T:
         return self._entries[self.resolve(key)].obj

@@ -38,6 +38,10 @@ def _add_field_flag(p: argparse.ArgumentParser, section: str, f) -> None:
 
     names = [f.flag] + [f"--{a.replace('_', '-')}" for a in f.aliases]
     kw: dict[str, Any] = dict(dest=f"{section}.{f.name}", default=None, help=f.help)
+    if (section, f.name) == ("run", "executor"):  # every executor the source declares
+        from fedbench.runners.cli.preflight import executor_keys
+
+        kw["help"] = f"{f.help} (registered: {', '.join(executor_keys())})"
     if f.type is bool:  # --measure-flops / --no-measure-flops
         p.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
         return
@@ -57,6 +61,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="task key (see `fedbench list tasks`)")
     for section, f in flag_fields():
         _add_field_flag(p, section, f)
+    p.add_argument("--profile", metavar="NAME", help="sizes the task declares for a machine, filling the fields "
+                   "left unset (e.g. ledgar's cpu: MiniLM, 32 tokens, 10 clients, 5 rounds: minutes on 2 cores); "
+                   "the run is that of the same values given by hand")
     p.add_argument("--config", help="YAML file with sections run / method / task")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field: method.t_rgd=2, task.seq_len=128, lr=0.01 (run)")
@@ -215,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fedbench.runners.cli.listing import cmd_list
 
             return cmd_list(args)
+        if args.cmd == "run":
+            from fedbench.runners.cli.preflight import preflight_run
+
+            preflight_run(args)  # the common bad inputs, before torch is imported
         if args.cmd in ("run", "sweep"):
             from fedbench.runners.cli.commands import cmd_run, cmd_sweep
             from fedbench.runners.core.signals import cancel_on_signals

@@ -1,0 +1,74 @@
+"""``fedbench run``'s checks before the imports: bad input ends in about the time of ``--help``.
+
+Importing torch and transformers takes seconds; these checks need neither, so
+:func:`preflight_run` makes them first: the method and the task (the keys the built-in
+modules declare, read from their source by :func:`~fedbench.registry.declared_keys`, and
+installed plugins' entry-point names), the ``--config`` file, the ``--set`` items, every run
+field (types, ranges, the setting's grammar, ``--roc`` against the tiers), the executor,
+and the paths the task's common fields name (``--data-dir``, a ``--model`` path). The
+method's and the task's own fields are checked by their config classes once they are
+imported, still before anything loads (``runners/core/config.py: validate_run``), which
+also repeats these checks: this module only moves the common errors earlier.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedbench.configs import flag_fields
+
+#: (kind, argument, package, the registry's name in the source, the plugins' entry-point group)
+_KEYED = (("method", "method", "fedbench.methods", "METHODS", "fedbench.methods"),
+          ("task", "task", "fedbench.tasks", "TASKS", "fedbench.tasks"))
+
+
+def gather_configs(args) -> tuple[dict, dict, dict]:
+    """run / method / task overrides from --config, flags and --set (later wins)."""
+    from fedbench.config import SECTIONS, load_yaml_config, parse_overrides
+
+    cfg: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    if args.config:
+        for s, v in load_yaml_config(args.config).items():
+            cfg[s].update(v)
+    for section, f in flag_fields():
+        value = getattr(args, f"{section}.{f.name}", None)
+        if value is not None:
+            cfg[section][f.name] = value
+    for s, v in parse_overrides(args.set).items():
+        cfg[s].update(v)
+    return cfg["run"], cfg["method"], cfg["task"]
+
+
+def executor_keys() -> list[str]:
+    """The executors the source declares (``--executor``'s choices, listed by ``run --help``)."""
+    from fedbench.registry import declared_keys
+
+    return declared_keys("fedbench.runners.executors", "EXECUTORS")
+
+
+def preflight_run(args) -> None:
+    """Raise the :class:`~fedbench.errors.UserError` of the first problem these checks find
+    in ``fedbench run``'s arguments (the same line the full validation gives)."""
+    from fedbench.config import build_config, field_specs
+    from fedbench.configs import RunConfig, TaskConfig
+    from fedbench.registry import declared_keys, plugin_entry_points, unknown_key
+    from fedbench.runners.core.config import _section, check_run, check_task_config
+
+    for kind, arg, package, registry, group in _KEYED:
+        key = getattr(args, arg)
+        known = declared_keys(package, registry)
+        if key not in known:
+            known += [ep.name for ep in plugin_entry_points(group)]
+            if key not in known:
+                raise unknown_key(kind, key, known)
+    run, _method_cfg, task_cfg = gather_configs(args)
+    run_cfg = build_config(RunConfig, run, "run")
+    check_run(run_cfg)
+    if run_cfg.executor not in executor_keys():
+        raise unknown_key("executor", run_cfg.executor, executor_keys())
+    common = {f.name for f in field_specs(TaskConfig)}
+    task_common = build_config(TaskConfig, {k: v for k, v in task_cfg.items() if k in common}, "task")
+    _section(check_task_config, "task", args.task, task_common)
+
+
+__all__ = ["executor_keys", "gather_configs", "preflight_run"]
