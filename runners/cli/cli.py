@@ -90,7 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="run methods x settings x resources x seeds from a YAML preset (skips done runs)")
     sw.add_argument("preset", help="YAML preset (see benchmarks/)")
     sw.add_argument("--out", help="records directory (overrides the preset)")
-    sw.add_argument("--dry-run", action="store_true", help="list the runs and whether they are done")
+    sw.add_argument("--dry-run", action="store_true", help="list the runs, whether they are done, and each run "
+                    "to do's estimated cost and the total (measured s/round of the records, as `fedbench claims`)")
+    sw.add_argument("--timing-records", action="append", default=["leaderboard/records"], metavar="DIR",
+                    help="records that time --dry-run's estimates besides the sweep's own (default: "
+                    "leaderboard/records; repeatable)")
     sw.add_argument("--no-progress", action="store_true")
     sw.add_argument("--only", action="append", metavar="KEY=V1,V2",
                     help="run only the preset's runs whose method, setting, seed, clients or roc is one of "

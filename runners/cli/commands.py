@@ -69,7 +69,8 @@ def cmd_sweep(args) -> int:
     parallel = None
     if args.workers is not None or args.address is not None:
         parallel = Parallel(args.workers, args.address, args.cpus_per_run, args.gpus_per_run, args.node_retries)
-    return run_sweep(runs, progress=not args.no_progress, parallel=parallel, dry_run=args.dry_run, warn=warn).status
+    return run_sweep(runs, progress=not args.no_progress, parallel=parallel, dry_run=args.dry_run, warn=warn,
+                     timing_records=tuple(args.timing_records)).status
 
 
 __all__ = ["cmd_run", "cmd_sweep", "gather_configs", "load_callback"]
