@@ -1,8 +1,11 @@
 """Registries of methods, tasks and executors.
 
 A registry maps a lowercase snake-case key to a factory and a one-line description.
-Modules register themselves with a decorator; the package ``__init__`` imports every
-module of its folder (``import_submodules``) so adding a method touches one file.
+Modules register themselves with a decorator; a registry given its ``package`` imports
+every module of that folder (``import_submodules``) the first time it is read, so adding a
+method touches one file and importing ``fedbench.methods`` or ``fedbench.tasks`` (or one of
+their torch-free modules, such as ``fedbench.tasks.setting``) imports no torch.
+:func:`declared_keys` reads the keys from the source without importing it.
 
 Plugins: a registry with an entry-point ``group`` (``fedbench.methods``,
 ``fedbench.tasks``) also holds what installed packages declare there, loaded the first
