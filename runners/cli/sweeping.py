@@ -50,8 +50,10 @@ def estimate_todo(todo: list[tuple[str, SweepRun]], timing_records: tuple[str, .
     from fedbench.leaderboard.sweep_cost import run_estimate
     from fedbench.records import load_records
 
-    roots = dict.fromkeys(str(Path(p).resolve()) for p in [*(r.spec.run.out for _, r in todo), *timing_records])
-    recs = [rec for root in roots if Path(root).is_dir() for rec in load_records(root)]
+    roots: dict[Path, str] = {}  # each folder once, named as given
+    for p in [*(r.spec.run.out for _, r in todo), *timing_records]:
+        roots.setdefault(Path(p).resolve(), str(p))
+    recs = [rec for root in roots if root.is_dir() for rec in load_records(root)]
     total, missing = 0.0, 0
     for label, r in todo:
         seconds, how = run_estimate(r.spec, [rec for rec in recs if rec["run"]["task"] == r.spec.task])
@@ -60,10 +62,14 @@ def estimate_todo(todo: list[tuple[str, SweepRun]], timing_records: tuple[str, .
             say(f"{label}: to run, cost not estimated ({how})")
         else:
             total += seconds
-            say(f"{label}: to run, est. {seconds / 60:.1f} CPU-min ({how})")
+            say(f"{label}: to run, est. {cpu_time(seconds)} ({how})")
     unknown = f", {missing} not estimated" if missing else ""
-    say(f"sweep: {len(todo)} runs to do, est. {total / 60:.0f} CPU-min in all{unknown} "
-        f"(measured s/round of the records under {', '.join(roots)})")
+    say(f"sweep: {len(todo)} runs to do, est. {cpu_time(total)} in all{unknown} "
+        f"(measured s/round of the records under {', '.join(roots.values())})")
+
+
+def cpu_time(seconds: float) -> str:
+    return f"{seconds:.0f} CPU-s" if seconds < 60 else f"{seconds / 60:.1f} CPU-min"
 
 
 def run_sweep(runs: list[SweepRun], *, progress: bool = False, parallel: Parallel | None = None,
@@ -93,4 +99,4 @@ def run_sweep(runs: list[SweepRun], *, progress: bool = False, parallel: Paralle
     return SweepResult(FAILED if failed else OK, len(runs), done, failed)
 
 
-__all__ = ["CANCELLED", "FAILED", "OK", "Parallel", "SweepResult", "estimate_todo", "run_sweep"]
+__all__ = ["CANCELLED", "FAILED", "OK", "Parallel", "SweepResult", "cpu_time", "estimate_todo", "run_sweep"]
