@@ -4,7 +4,7 @@ Each command runs in a fresh process (the console script of this environment), `
 times, interleaved; the medians and their ratios are printed, with the load average, and
 whether torch was imported before the error (``-X importtime`` of one more run of each bad
 input). The bad inputs: an unknown ``--method``, an unknown ``--task``, a malformed
-``--roc``, a negative ``--seed``, a missing ``--data-dir``: what ``fedbench run`` checks
+``--roc``, a negative ``--seed``, an unknown ``--executor``: what ``fedbench run`` checks
 before the imports (``runners/cli/preflight.py``).
 
     python benchmarks/error_latency.py --repeats 5
@@ -25,7 +25,7 @@ BAD = {
     "unknown --task": ["run", "--method", "fedavg", "--task", "ledgr"],
     "malformed --roc": ["run", "--method", "fedavg", "--task", "tiny_text", "--roc", "6:x:1"],
     "negative --seed": ["run", "--method", "fedavg", "--task", "tiny_text", "--seed", "-1"],
-    "missing --data-dir": ["run", "--method", "fedavg", "--task", "ledgar", "--data-dir", "/no/such/folder"],
+    "unknown --executor": ["run", "--method", "fedavg", "--task", "tiny_text", "--executor", "pakced"],
 }
 
 

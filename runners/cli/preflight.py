@@ -4,9 +4,9 @@ Importing torch and transformers takes seconds; these checks need neither, so
 :func:`preflight_run` makes them first: the method and the task (the keys the built-in
 modules declare, read from their source by :func:`~fedbench.registry.declared_keys`, and
 installed plugins' entry-point names), the ``--config`` file, the ``--set`` items, every run
-field (types, ranges, the setting's grammar, ``--roc`` against the tiers), the executor,
-and the paths the task's common fields name (``--data-dir``, a ``--model`` path). The
-method's and the task's own fields are checked by their config classes once they are
+field (types, ranges, the setting's grammar, ``--roc`` against the tiers) and the executor.
+The method's and the task's fields (``--data-dir`` and ``--model`` among them: a tiny task
+refuses any, with its own message) are checked by their config classes once they are
 imported, still before anything loads (``runners/core/config.py: validate_run``), which
 also repeats these checks: this module only moves the common errors earlier.
 """
@@ -49,10 +49,10 @@ def executor_keys() -> list[str]:
 def preflight_run(args) -> None:
     """Raise the :class:`~fedbench.errors.UserError` of the first problem these checks find
     in ``fedbench run``'s arguments (the same line the full validation gives)."""
-    from fedbench.config import build_config, field_specs
-    from fedbench.configs import RunConfig, TaskConfig
+    from fedbench.config import build_config
+    from fedbench.configs import RunConfig
     from fedbench.registry import declared_keys, plugin_entry_points, unknown_key
-    from fedbench.runners.core.config import _section, check_run, check_task_config
+    from fedbench.runners.core.config import check_run
 
     for kind, arg, package, registry, group in _KEYED:
         key = getattr(args, arg)
@@ -61,14 +61,11 @@ def preflight_run(args) -> None:
             known += [ep.name for ep in plugin_entry_points(group)]
             if key not in known:
                 raise unknown_key(kind, key, known)
-    run, _method_cfg, task_cfg = gather_configs(args)
+    run, _method_cfg, _task_cfg = gather_configs(args)
     run_cfg = build_config(RunConfig, run, "run")
     check_run(run_cfg)
     if run_cfg.executor not in executor_keys():
         raise unknown_key("executor", run_cfg.executor, executor_keys())
-    common = {f.name for f in field_specs(TaskConfig)}
-    task_common = build_config(TaskConfig, {k: v for k, v in task_cfg.items() if k in common}, "task")
-    _section(check_task_config, "task", args.task, task_common)
 
 
 __all__ = ["executor_keys", "gather_configs", "preflight_run"]
