@@ -94,6 +94,23 @@ def declared_keys(package: str, registry: str) -> list[str]:
     return sorted(keys)
 
 
+#: kind -> (package, the registry's name in its source, the plugins' entry-point group)
+DECLARING = {"method": ("fedbench.methods", "METHODS", "fedbench.methods"),
+             "task": ("fedbench.tasks", "TASKS", "fedbench.tasks")}
+
+
+def check_declared(kind: str, key: str) -> None:
+    """Raise the registry's own :func:`unknown_key` line when ``key`` is no built-in key or
+    alias of ``kind`` (:data:`DECLARING`) and no installed plugin's, without importing the
+    modules (the checks before torch is imported)."""
+    package, registry, group = DECLARING[kind]
+    known = declared_keys(package, registry)
+    if key not in known:
+        known += [ep.name for ep in plugin_entry_points(group)]
+        if key not in known:
+            raise unknown_key(kind, key, known)
+
+
 class Registry(Generic[T]):
     """Keys of one kind. ``package`` (e.g. ``fedbench.methods``): the package whose modules
     register the built-in entries, imported the first time the registry is read (so that

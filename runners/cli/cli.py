@@ -226,10 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fedbench.runners.cli.listing import cmd_list
 
             return cmd_list(args)
-        if args.cmd == "run":
-            from fedbench.runners.cli.preflight import preflight_run
+        if args.cmd in ("run", "sweep"):
+            from fedbench.runners.cli.preflight import preflight_run, preflight_sweep
 
-            preflight_run(args)  # the common bad inputs, before torch is imported
+            (preflight_run if args.cmd == "run" else preflight_sweep)(args)  # common bad input, before torch
         if args.cmd in ("run", "sweep"):
             from fedbench.runners.cli.commands import cmd_run, cmd_sweep
             from fedbench.runners.core.signals import cancel_on_signals

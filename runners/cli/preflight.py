@@ -17,11 +17,6 @@ from typing import Any
 
 from fedbench.configs import flag_fields
 
-#: (kind, argument, package, the registry's name in the source, the plugins' entry-point group)
-_KEYED = (("method", "method", "fedbench.methods", "METHODS", "fedbench.methods"),
-          ("task", "task", "fedbench.tasks", "TASKS", "fedbench.tasks"))
-
-
 def gather_configs(args) -> tuple[dict, dict, dict]:
     """run / method / task overrides from --config, flags and --set (later wins)."""
     from fedbench.config import SECTIONS, load_yaml_config, parse_overrides
@@ -39,6 +34,13 @@ def gather_configs(args) -> tuple[dict, dict, dict]:
     return cfg["run"], cfg["method"], cfg["task"]
 
 
+def preflight_sweep(args) -> None:
+    """``fedbench sweep``'s checks before the imports (:func:`~fedbench.runners.core.sweep.check_preset_early`)."""
+    from fedbench.runners.core.sweep import check_preset_early
+
+    check_preset_early(args.preset)
+
+
 def executor_keys() -> list[str]:
     """The executors the source declares (``--executor``'s choices, listed by ``run --help``)."""
     from fedbench.registry import declared_keys
@@ -51,16 +53,11 @@ def preflight_run(args) -> None:
     in ``fedbench run``'s arguments (the same line the full validation gives)."""
     from fedbench.config import build_config
     from fedbench.configs import RunConfig
-    from fedbench.registry import declared_keys, plugin_entry_points, unknown_key
+    from fedbench.registry import check_declared, unknown_key
     from fedbench.runners.core.config import check_run
 
-    for kind, arg, package, registry, group in _KEYED:
-        key = getattr(args, arg)
-        known = declared_keys(package, registry)
-        if key not in known:
-            known += [ep.name for ep in plugin_entry_points(group)]
-            if key not in known:
-                raise unknown_key(kind, key, known)
+    check_declared("method", args.method)
+    check_declared("task", args.task)
     run, _method_cfg, _task_cfg = gather_configs(args)
     run_cfg = build_config(RunConfig, run, "run")
     check_run(run_cfg)
@@ -68,4 +65,4 @@ def preflight_run(args) -> None:
         raise unknown_key("executor", run_cfg.executor, executor_keys())
 
 
-__all__ = ["executor_keys", "gather_configs", "preflight_run"]
+__all__ = ["executor_keys", "gather_configs", "preflight_run", "preflight_sweep"]

@@ -53,6 +53,24 @@ def test_bad_input_is_refused_before_torch_is_imported(argv, expected):
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("fedbench: error: ") and expected in p.stderr
 
 
+@pytest.mark.parametrize("preset, expected", [
+    ("task: tiny_text\nmethods: [fedavg, fedavgg]\n", "key 'methods': unknown method 'fedavgg'; did you mean 'fedavg'?"),
+    ("task: tiny_txt\nmethods: [fedavg]\n", "unknown task 'tiny_txt'; did you mean 'tiny_text'?"),
+    ("task: tiny_text\nmethods: [fedavg]\nrun: {rounds: 0}\n", "key 'run', run fedavg, iid, seed 0: bad value 0 for "
+                                                              "run.rounds"),
+    ("task: tiny_text\nmethods: [fedavg]\nsettings: [iid, 20/]\n", "key 'settings', run fedavg, 20/, seed 0: "
+                                                                  "unknown setting '20/'"),
+    ("task: tiny_text\nmethods: fedavg\n", "key 'methods'"),
+])
+def test_a_bad_preset_is_refused_before_torch_is_imported(preset, expected, tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(preset)
+    p = subprocess.run([sys.executable, "-c", _PROBE, "sweep", str(path), "--dry-run"], capture_output=True, text=True)
+    code, torch_imported = json.loads(p.stdout.strip().splitlines()[-1])
+    assert code == 2 and not torch_imported, p.stderr
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith(f"fedbench: error: preset {path}: ") and expected in p.stderr
+
+
 def test_the_full_validation_gives_the_same_line():
     """The checks before the imports move errors earlier, they do not reword them."""
     with pytest.raises(UserError, match="unknown method 'fedavgg'; did you mean 'fedavg'"):
