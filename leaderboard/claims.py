@@ -19,6 +19,11 @@ does not show a legible number; the claim's direction then comes from the block'
             where: {clients: 10}     # optional: run/method fields the rows must have
             figures: {fed_hello: [67.00, 65.58], straggler: [56.82, 51.05]}
             notes: {straggler: "..."}  # optional: about one method's row (shown on its claims only)
+        explained_by:                # optional: why B's row differs from ours (printed under its claims)
+          flexlora:
+            kind: code reading       # or: measurement (then measured_by is required)
+            text: "..."
+            measured_by: benchmarks/x.yaml  # the preset / records that measure(d) it (optional for a code reading)
         not_testable: why            # optional: the records cannot test it
         command: fedbench run ...    # optional: how to run a missing cell ({a} {b} {setting} {roc})
         claim: ">"                   # the paper's direction where a figure is null
@@ -40,11 +45,31 @@ from fedbench.errors import UserError
 from fedbench.leaderboard.groups import RowKey, Section, raw_variant
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
 
-__all__ = ["Claim", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes", "measure", "paper_names",
-           "seeds_needed"]
+__all__ = ["Claim", "Explanation", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes", "measure",
+           "paper_names", "seeds_needed"]
 
 #: the file of :class:`Fix` entries next to the claim files (not a paper)
 FIXES_FILE = "fixes.yaml"
+
+
+#: the kinds of an ``explained_by`` entry: a reading of code or text, or a measurement
+EXPLANATION_KINDS = ("code reading", "measurement")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why the paper's row of a method differs from ours (the group's ``explained_by``)."""
+
+    kind: str  # one of EXPLANATION_KINDS
+    text: str
+    measured_by: str | None  # the preset or records that measure(d) it
+
+    def line(self) -> str:
+        """One line: the kind (a code reading says it is not yet a measurement), the text, the source."""
+        head = "code reading, not yet a measurement" if self.kind == "code reading" else "measured"
+        src = "" if self.measured_by is None else (f" (measured by {self.measured_by})" if self.kind == "measurement"
+                                                   else f" (to measure: {self.measured_by})")
+        return f"{head}: {self.text}{src}"
 
 
 @dataclass(frozen=True)
@@ -66,6 +91,7 @@ class Claim:
     command: str | None  # how to run a missing cell, with {a} {b} {setting} {roc} and the fields of ``where``
     figure_note: str  # what a null figure means (the block's ``figure_note``)
     note: str | None = None  # about B's row of the paper's table (the group's ``notes``): shown on this claim only
+    explained_by: Explanation | None = None  # why B's paper row differs from ours (the group's ``explained_by``)
 
     @property
     def paper_diff(self) -> float | None:
@@ -117,6 +143,27 @@ def _figure(v, where: str) -> float | None:
     raise UserError(f"{where}: a figure must be a number or null, got {v!r}")
 
 
+def _explanations(group: dict, figures: dict, where: str) -> dict[str, Explanation]:
+    """The group's ``explained_by``: {method of its figures: Explanation}."""
+    raw = group.get("explained_by") or {}
+    if not isinstance(raw, dict) or set(raw) - set(figures):
+        raise UserError(f"{where}: explained_by must map methods of the group's figures to "
+                        "{kind, text, measured_by}")
+    out = {}
+    for b, e in raw.items():
+        w = f"{where} explained_by {b}"
+        kind, text = str(_need(e, "kind", w)), _need(e, "text", w)
+        if kind not in EXPLANATION_KINDS:
+            raise UserError(f"{w}: kind must be one of {', '.join(EXPLANATION_KINDS)}, got {kind!r}")
+        if not isinstance(text, str) or not text.strip():
+            raise UserError(f"{w}: text must be a non-empty string")
+        src = e.get("measured_by")
+        if kind == "measurement" and not src:
+            raise UserError(f"{w}: a measurement needs measured_by (the preset or records that measured it)")
+        out[b] = Explanation(kind, " ".join(text.split()), None if src is None else str(src))
+    return out
+
+
 def _block_claims(paper: str, block: dict, where: str) -> list[Claim]:
     table, task, method = (_need(block, k, where) for k in ("table", "task", "method"))
     columns = _need(block, "columns", where)
@@ -135,6 +182,7 @@ def _block_claims(paper: str, block: dict, where: str) -> list[Claim]:
         notes = group.get("notes") or {}
         if not isinstance(notes, dict) or set(notes) - set(figures):
             raise UserError(f"{gw}: notes must map methods of the group's figures to a text")
+        explained = _explanations(group, figures, gw)
         for b, figs_b in figures.items():
             if b == method:
                 continue
@@ -155,7 +203,7 @@ def _block_claims(paper: str, block: dict, where: str) -> list[Claim]:
                                  str(group.get("paper_group", roc)), str(setting), str(column), fa, fb, sign,
                                  block.get("not_testable"), block.get("command"),
                                  str(block.get("figure_note", "figure not legible in our copy")),
-                                 None if notes.get(b) is None else str(notes[b])))
+                                 None if notes.get(b) is None else str(notes[b]), explained.get(b)))
     return out
 
 

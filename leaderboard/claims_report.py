@@ -7,9 +7,10 @@ Per measured claim: the paired A - B with its 95 % CI and seeds, raw and Holm-ad
 rests on, how both seed-mean learning curves end (:mod:`~fedbench.leaderboard.flatness`),
 the budget and the records used, and the fixes some of those records predate. Per claim not
 run: the command, an estimated cost, and the records that exist at another budget
-(:mod:`~fedbench.leaderboard.claims_cost`). Notes appear where they apply: a note about one
-method's row of the paper's table on that method's claims, the pre-fix and cost rules only
-when the report has such claims.
+(:mod:`~fedbench.leaderboard.claims_cost`). Under each table, the claim file's ``explained_by``
+entries (a code reading or a measurement, and the preset or records behind it). Notes appear
+where they apply: a note about one method's row of the paper's table on that method's claims,
+the pre-fix and cost rules only when the report has such claims.
 """
 
 from __future__ import annotations
@@ -160,6 +161,20 @@ def _not_run(o: Outcome) -> list[str]:
             f"{esc(o.claim.setting)} ({esc(o.claim.column)})", _fig(o.claim), why, o.cost]
 
 
+def _explained(block: Sequence[Outcome]) -> list[str]:
+    """Under a table's claims: each ``explained_by`` once per claim pair and group, with its settings."""
+    seen: dict = {}
+    for o in block:
+        c = o.claim
+        if c.explained_by is not None:
+            seen.setdefault((c.a, c.b, c.group, c.explained_by), []).append(c.setting)
+    if not seen:
+        return []
+    return ["", "Explained by:", ""] + [
+        f"- {esc(a)} vs {esc(b)}, {esc(g)} ({', '.join(esc(x) for x in settings)}): {esc(e.line())}"
+        for (a, b, g, e), settings in seen.items()]
+
+
 HEAD = ["Claim", "Group", "Setting (paper)", "Paper A vs B", "Measured A vs B: A - B ± 95 % CI (seeds)", "p",
         "p_holm", "Verdict", "Curve A / B", "Budget", "Records"]
 
@@ -195,6 +210,11 @@ def _rules(m: int, n_records: int, outcomes: Sequence[Outcome], versions: str = 
             "- Pre-fix: paired records created before a correction of the method or setting was committed "
             "(`run.created_at` earlier than the fix's commit time, listed in `leaderboard/claims/fixes.yaml`); "
             "they show the behaviour before the fix.")
+    if any(o.claim.explained_by is not None for o in outcomes):
+        lines.append(
+            "- Explained by (under a table): why the paper's row of B differs from ours, from the claim file's "
+            "`explained_by`: a **code reading** (of the authors' code or text: not yet a measurement, with the "
+            "preset that would measure it) or a **measurement** (with the preset or records that measured it).")
     if any(o.measured is None and o.cost for o in outcomes):
         lines.append(
             "- Estimated cost of the runs not done here, per method: runs missing (seeds, at least "
@@ -235,6 +255,7 @@ def render_claims(papers: Sequence[tuple[str, str, list[Outcome]]], n_records: i
                 lines += ["", "Not run here:", ""] + table(
                     ["Claim", "Group", "Setting (paper)", "Paper A vs B", "Verdict", "Command and estimated cost"], 4,
                     [_not_run(o) for o in missing])
+            lines += _explained(block)
     return "\n".join(lines) + "\n"
 
 

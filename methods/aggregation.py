@@ -8,6 +8,8 @@
 - :func:`stack_lora`: FLoRA's stacking of LoRA factors along the rank axis (Wang et al. 2024).
 - :func:`top_factors` / :func:`pad_rank`: FlexLoRA's redistribution of a dense update as
   its best rank-r LoRA factors (Bai et al. 2024).
+- :func:`factor_means`: the means of the zero-padded A and B taken separately, the rule the
+  Fed-HeLLo paper describes for FlexLoRA (its opt-in ``server_rule='authors_code'``).
 - :func:`per_class_average`: per class, the count-weighted mean over clients (FD, Jeong et
   al. 2018; FedProto, Tan et al. 2022).
 - :func:`slot_mean`: per rank-1 module j, the mean over the clients that trained it
@@ -122,6 +124,18 @@ def pad_rank(a: torch.Tensor, b: torch.Tensor, r: int) -> tuple[torch.Tensor, to
     k = a.shape[0]
     return (torch.cat([a, a.new_zeros(r - k, a.shape[1])], 0),
             torch.cat([b, b.new_zeros(b.shape[0], r - k)], 1))
+
+
+def factor_means(parts: Sequence[tuple[torch.Tensor, torch.Tensor]], weights: Sequence[float],
+                 b_scales: Sequence[float], r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A_bar = sum_i p_i pad(A_i) (r, d_in), B_bar = sum_i p_i c_i pad(B_i) (d_out, r): the
+    factors averaged separately, each zero-padded to rank r (``weights`` p_i, ``b_scales`` c_i
+    carry client i's scaling into B). B_bar A_bar is not sum_i p_i c_i B_i A_i: it adds the
+    cross terms p_i p_j c_i B_i A_j, and a component only some clients have shrinks by the
+    square of their weight share (FlexLoRA as the Fed-HeLLo paper describes it)."""
+    a = sum(w * pad_rank(x.float(), y.float(), r)[0] for (x, y), w in zip(parts, weights))
+    b = sum(w * c * pad_rank(x.float(), y.float(), r)[1] for (x, y), w, c in zip(parts, weights, b_scales))
+    return a, b
 
 
 def per_class_average(means: torch.Tensor, counts: torch.Tensor,

@@ -68,6 +68,8 @@ class FedHelloBaseConfig(MethodConfig):
     weighting: Weighting = cfg_field(
         "uniform", "per-layer mean over the clients that trained it: 'uniform' (Eq. 3) or example-weighted"
     )
+    train_head: bool = cfg_field(True, "clients train the head, averaged (default); false = it stays at its init, as "
+                                       "in the authors' code (the opt-in of FlexLoRA / FLoRA, for comparison)")
 
 
 @dataclass(frozen=True)
@@ -252,7 +254,8 @@ class FedHelloBase(Method):
 
     def plan(self, rnd, clients, state, rng):
         layers = self.choose_layers(rnd, clients, state, rng)
-        return {p.client: ClientPlan(p.client, p.tier, layers[p.client]) for p in clients}
+        return {p.client: ClientPlan(p.client, p.tier, layers[p.client], train_head=self.config.train_head)
+                for p in clients}
 
     def aggregate(self, state: MethodState, updates) -> MethodState:
         """Eq. 3: per tensor, mean over the clients that uploaded it; others keep their value."""

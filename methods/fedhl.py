@@ -66,6 +66,9 @@ class FedHL(FLoRA):
     DENSE_LABEL = "dense dW of the last round (d_out x d_in per module) + head"
     STACKED_LABEL = "stacked factors of the last round's participants (sum_j r_j (d_in + d_out) per module) + head"
 
+    def trains_head(self) -> bool:
+        return True  # FLoRA's opt-in frozen head is not FedHL's (its config has no train_head)
+
     def init_state(self, tensors):
         return MethodState(dict(tensors) | {k: v.float() for k, v in self.read_base(tensors).items()}, {})
 

@@ -10,7 +10,7 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import MethodState, Traffic, tensor_bytes
 from fedbench.methods.aggregation import stack_lora
-from fedbench.methods.rank_hetero import A_SFX, B_SFX, RankMethod, base_key
+from fedbench.methods.rank_hetero import A_SFX, B_SFX, AuthorsRuleConfig, RankMethod, base_key
 
 
 @METHODS.register("flora", "FLoRA: stack the clients' LoRA along the rank axis, merge into the base, fresh LoRA each round (traffic: the stack; merged weights as alt)")
@@ -37,8 +37,45 @@ class FLoRA(RankMethod):
     + the fresh LoRA + the head.
     Known issue (methods.md): the authors' runs diverge over many rounds; nothing here
     corrects that.
+
+    Differences from Fed-HeLLo's runs of this baseline (a code reading, 2026-11-29; not yet
+    measured). Fed-HeLLo's Table III has FLoRA at 0.06 / 0.04 / 0.08 macro-F1 (chance is
+    1 % accuracy on 100 classes; Table II, CIFAR-100: 1.5-4 %), i.e. a global model that
+    never learned, where this implementation scores level with fed_hello on licenses.
+    Neither Fed-HeLLo's released code (TNI-playground/Fed_HeLLo @ 4c07f5b) nor its later
+    lineage (UIUC-Cloud-Computing-Capstone/hralora @ 6108f9a) contains FLoRA: no stacking,
+    no merge, no logs. The paper says only that the LoRA "are initialized on each clients
+    and only the full weight matrices are updated" (Sec. II), as here. What can be read:
+
+    - The scaling of the merged stack. FLoRA's own code (ATP-1010/FederatedLLM @ 7bea158)
+      trains client i with ``lora_alpha = 2 r_i`` (``main.py`` L270-272: scaling 2 for every
+      rank) and merges the stack through a LoraConfig of ``r = lora_r * num_clients``,
+      ``lora_alpha = lora_alpha * num_clients`` (L225-233, merged at L359 and L391): the
+      global config's alpha / r, not each client's alpha_i / r_i. Their defaults (16, 32)
+      make both 2; with Fed-HeLLo's alpha = r = 16 and clients of alpha 16 at ranks 1/4/16
+      (this suite's convention) the merge would under-scale a rank-1 client's update 16x
+      and a rank-4 client's 4x. Opt-in ``server_rule='authors_code'`` merges every client at
+      alpha / lora_r; ``tests/methods/test_flexlora_authors.py`` shows both rules on hand-built tensors.
+    - The head (as for FlexLoRA): Fed_HeLLo ``utils/model_utils.py`` L23-33 leaves BERT's
+      classifier frozen at its random init and ``algorithms/engine/ffm_fedavg_depthfl.py``
+      L178-181 aggregates only ``lora`` tensors; here every client trains the head and the
+      server averages it. A re-initialised adapter whose merge is lost or under-scaled then
+      leaves their model at chance (0.06) and ours at a linear probe. Opt-in
+      ``train_head=false``.
+    - In that engine the global state is the peft state dict and only keys containing
+      ``lora`` are uploaded and aggregated (L178-181): a merge into ``base_layer.weight``
+      would be dropped unless FLoRA had its own path, which was not released.
     """
     family = "rank heterogeneity"
+    config_cls = AuthorsRuleConfig
+
+    def trains_head(self) -> bool:
+        return self.config.train_head
+
+    def merge_scaling(self, rank: int) -> float:
+        """The scaling the server merges a rank-``rank`` client's B A with: the client's own
+        alpha_i / r_i (paper), or the global alpha / lora_r (``server_rule='authors_code'``)."""
+        return self.client_scaling(rank if self.config.server_rule == "paper" else self.r_max)
 
     def init_state(self, tensors):
         return MethodState(dict(tensors) | self.read_base(tensors), {})
@@ -78,7 +115,7 @@ class FLoRA(RankMethod):
 
     def merge(self, state, updates, out):
         total = float(sum(u.n_examples for u in updates))
-        coefs = [(u.n_examples / total) * self.client_scaling(u.plan.rank) for u in updates]
+        coefs = [(u.n_examples / total) * self.merge_scaling(u.plan.rank) for u in updates]
         with self.metered():
             for m in self.modules:
                 a, b = stack_lora([(u.tensors[m + A_SFX], u.tensors[m + B_SFX]) for u in updates], coefs)

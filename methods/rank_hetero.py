@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Literal, Mapping, Sequence
 
 import torch
 
-from fedbench.config import cfg_field
+from fedbench.config import cfg_field, check
 from fedbench.errors import UserError
 from fedbench.methods.aggregation import weighted_mean_by_key
 from fedbench.methods.base import (LORA_FACTORS, ClientPlan, ClientProfile, ClientUpdate, Method, MethodConfig,
@@ -91,6 +91,25 @@ class RankConfig(MethodConfig):
 
 
 
+@dataclass(frozen=True)
+class AuthorsRuleConfig(RankConfig):
+    """FlexLoRA's and FLoRA's config: the papers' rules by default, and two opt-in departures
+    that reproduce how the released code around Fed-HeLLo's runs differs (read in the methods'
+    docstrings), so that a run can measure whether they explain Fed-HeLLo's Table III."""
+
+    server_rule: Literal["paper", "authors_code"] = cfg_field(
+        "paper", "'paper' (default): the method's paper; 'authors_code': the rule of the authors' code, opt-in "
+                 "for measuring the Fed-HeLLo gap (FlexLoRA: the means of A and B taken separately, then SVD; FLoRA: "
+                 "the stacked adapter merged at the global scaling alpha / lora_r, not each client's alpha / r_i)")
+    train_head: bool = cfg_field(
+        True, "clients train the head and the server averages it (default); false = the head stays at its "
+              "initialisation, as in Fed-HeLLo's released code (BERT's classifier frozen, no head aggregated)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "server_rule", self.server_rule in ("paper", "authors_code"), "must be 'paper' or 'authors_code'")
+
+
 class RankMethod(Method):
     """Shared plan/payload plumbing: all layers at the client's rank, full depth."""
 
@@ -124,6 +143,10 @@ class RankMethod(Method):
     def client_rank(self, profile, state: MethodState) -> int:
         return profile.rank
 
+    def trains_head(self) -> bool:
+        """Whether clients train (and the server averages) the head; default yes."""
+        return True
+
     def plan(self, rnd, clients, state, rng):
         self._check_ranks(clients)
         layers = tuple(range(self.ctx.n_layers))
@@ -131,7 +154,8 @@ class RankMethod(Method):
         for p in clients:
             r = self.client_rank(p, state)
             alpha = None if r == self.r_max else self.client_alpha(r)
-            plans[p.client] = ClientPlan(p.client, p.tier, layers, rank=r, lora_alpha=alpha)
+            plans[p.client] = ClientPlan(p.client, p.tier, layers, rank=r, lora_alpha=alpha,
+                                         train_head=self.trains_head())
         return plans
 
     def aggregate(self, state, updates):

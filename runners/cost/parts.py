@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from fedbench.runners.executors.adapters import canonical
-from fedbench.runners.cost.meters import SavedTensorBytes
+from fedbench.runners.cost.meters import EXTRA_FLOP_FORMULAS, SavedTensorBytes
 
 REST = "rest"
 
@@ -106,7 +106,7 @@ class _PartFlops(FlopCounterMode):
     needs no grad; the node's creator does not."""
 
     def __init__(self, forward_part: Callable[[], Any], node_part: dict):
-        super().__init__(display=False)
+        super().__init__(display=False, custom_mapping=EXTRA_FLOP_FORMULAS)
         self.forward_part, self.node_part = forward_part, node_part
         self.by_part: dict[Any, float] = {}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedbench.errors import UserError
-from fedbench.leaderboard.claims import Claim, Fix, load_claims, measure, paper_names, seeds_needed
+from fedbench.leaderboard.claims import Claim, Explanation, Fix, load_claims, measure, paper_names, seeds_needed
 from fedbench.leaderboard.claims_report import (INCONCLUSIVE, NOT_AT_SIZE, NOT_RUN, NOT_TESTABLE, REGENERATE,
                                                 REPRODUCED, REVERSED, build_report, verdict)
 from fedbench.leaderboard.flatness import flatness
@@ -163,6 +163,51 @@ blocks:
 """)
     (c,) = load_claims(d, "paper")[1]
     assert c.sign == -1 and c.paper_diff is None
+
+
+EXPLAINED = """
+paper: paper
+title: Paper
+blocks:
+  - table: T1
+    task: ledgar
+    method: a
+    columns: {iid: IID, 20/1.0: N}
+    groups:
+      - roc: "6:3:1"
+        figures: {a: [5.0, 6.0], b: [1.0, 0.5], c: [4.0, 4.5]}
+        explained_by:
+          b: {kind: code reading, text: "their  server
+            averages the factors", measured_by: benchmarks/x.yaml}
+          c: {kind: measurement, text: "the head", measured_by: "records abc123"}
+"""
+
+
+def test_explained_by_is_read_and_printed_under_its_claims(tmp_path):
+    d = _write(tmp_path, EXPLAINED)
+    _, claims = load_claims(d, "paper")
+    by = {(c.b, c.setting): c.explained_by for c in claims}
+    assert by[("b", "iid")] == by[("b", "20/1.0")] == Explanation("code reading", "their server averages the factors",
+                                                                   "benchmarks/x.yaml")
+    assert by[("c", "iid")].kind == "measurement"
+    text = build_report(d, [], ["paper"])
+    under = text.split("### T1")[1]
+    assert ("- a vs b, 6:3:1 (iid, 20/1.0): code reading, not yet a measurement: their server averages the factors "
+            "(to measure: benchmarks/x.yaml)") in under
+    assert "- a vs c, 6:3:1 (iid, 20/1.0): measured: the head (measured by records abc123)" in under
+    assert under.index("Not run here:") < under.index("Explained by:")  # under the claims' table
+    assert "**code reading**" in text.split("### T1")[0]  # the rule is stated once the report has one
+    assert "Explained by" not in build_report(_write(tmp_path, EXPLAINED.split("        explained_by:")[0]), [],
+                                              ["paper"])
+
+
+@pytest.mark.parametrize("entry", ["{d: {kind: measurement, text: t, measured_by: x}}",  # d has no figures
+                                   "{b: {kind: guess, text: t}}", "{b: {kind: measurement, text: t}}",
+                                   "{b: {kind: code reading, text: ''}}", "{b: {text: t}}"])
+def test_bad_explained_by_is_a_one_line_error(tmp_path, entry):
+    d = _write(tmp_path, EXPLAINED.split("        explained_by:")[0] + f"        explained_by: {entry}\n")
+    with pytest.raises(UserError):
+        load_claims(d, "paper")
 
 
 def test_fix_marks_records_created_before_it():

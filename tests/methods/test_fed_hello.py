@@ -390,3 +390,17 @@ def test_end_to_end_tiny_text_costs_differ_by_tier(tmp_path):
         assert flops[t]["backward"] < flops["2"]["backward"]
         assert mem[t]["mean"] < mem["2"]["mean"]
         assert flops[t]["forward"] == pytest.approx(flops["2"]["forward"], rel=1e-6)
+
+
+def test_opt_in_frozen_head_is_neither_trained_nor_averaged():
+    """``train_head=false`` (the comparator of FlexLoRA's / FLoRA's opt-in): no plan trains the head,
+    so no upload carries it and the global head keeps its value; the default trains it."""
+    m = make_method("fed_hello_gd_triangle", [2, 4], 4, train_head=False)
+    state = zero_state(4)
+    plans = m.plan(1, list(m.ctx.profiles.values()), state, np.random.default_rng(0))
+    assert all(not p.train_head and "head.weight" not in m.upload_keys(p) for p in plans.values())
+    ups = [ClientUpdate(c, {k: torch.ones(2, 2) for k in m.upload_keys(p)}, 10, p) for c, p in plans.items()]
+    assert torch.equal(m.aggregate(state, ups).tensors["head.weight"], torch.zeros(2, 2))
+    default = make_method("fed_hello_gd_triangle", [2, 4], 4)
+    plans = default.plan(1, list(default.ctx.profiles.values()), state, np.random.default_rng(0))
+    assert all(p.train_head and "head.weight" in default.upload_keys(p) for p in plans.values())

@@ -6,7 +6,7 @@ import torch
 from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate
 from fedbench.methods.flexlora import FlexLoRA
-from fedbench.methods.rank_hetero import RankConfig, base_key
+from fedbench.methods.rank_hetero import AuthorsRuleConfig, base_key
 from fedbench.methods.base import tensor_bytes
 from fedbench.runners.executors.train import adapter_for
 
@@ -18,7 +18,7 @@ ALPHA = 8.0
 def _setup(tiny_am, ctx_for, ranks):
     am = tiny_am(r=4, alpha=ALPHA)
     ctx = ctx_for(am, [(t, 3, r) for t, r in enumerate(ranks)])
-    m = FlexLoRA(RankConfig(lora_r=4, lora_alpha=ALPHA), ctx)
+    m = FlexLoRA(AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA), ctx)
     base = am.read([base_key(mod) for mod in m.modules])
     state = m.init_state(am.read(am.all_keys) | base)
     plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))

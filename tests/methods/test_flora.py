@@ -8,7 +8,7 @@ from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState, Traffic, tensor_bytes
 from fedbench.methods.flora import FLoRA
 from fedbench.methods.aggregation import stack_lora
-from fedbench.methods.rank_hetero import RankConfig, base_key
+from fedbench.methods.rank_hetero import AuthorsRuleConfig, base_key
 from fedbench.runners.executors.train import adapter_for
 
 M = "blocks.1.fc"
@@ -19,7 +19,7 @@ ALPHA = 8.0
 def _setup(tiny_am, ctx_for, ranks):
     am = tiny_am(r=4, alpha=ALPHA)
     ctx = ctx_for(am, [(t, 3, r) for t, r in enumerate(ranks)])
-    m = FLoRA(RankConfig(lora_r=4, lora_alpha=ALPHA), ctx)
+    m = FLoRA(AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA), ctx)
     state = m.init_state(am.read(am.all_keys) | am.read([base_key(mod) for mod in m.modules]))
     plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
     return am, m, state, plans

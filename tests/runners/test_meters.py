@@ -112,3 +112,21 @@ def test_real_freezing_only_planned_tensors_change():
     am, upd, _ = run_step((2,))
     assert set(upd) == set(am.layer_keys[2]) | set(am.head_keys)
     assert not any(p.requires_grad for n, p in am.model.named_parameters() if ".blocks.0." in f".{n}")
+
+
+def test_cpu_attention_is_counted_whichever_torch_measures():
+    """scaled_dot_product_attention on CPU runs aten._scaled_dot_product_flash_attention_for_cpu,
+    which torch 2.14's FlopCounterMode does not count (torch 2.15 does): the suite's counters
+    add its formula, so a record's TFLOPs/step do not depend on the torch version.
+    b=2 batch, h=3 heads, s=5 tokens, d=4 per head:
+    forward QK^T 2*b*h*s*s*d + AV 2*b*h*s*s*d = 2*(2*2*3*5*5*4) = 2400;
+    backward the recomputed scores plus four products, 5 products of 2*b*h*s*s*d = 5*1200 = 6000."""
+    from fedbench.runners.cost.meters import count_flops
+
+    q, k, v = (torch.randn(2, 3, 5, 4, requires_grad=True) for _ in range(3))
+    with count_flops() as fwd:
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    with count_flops() as bwd:
+        out.sum().backward()
+    assert fwd.get_total_flops() == 2 * (2 * 2 * 3 * 5 * 5 * 4)
+    assert bwd.get_total_flops() == 5 * (2 * 2 * 3 * 5 * 5 * 4)
