@@ -33,12 +33,11 @@ import json
 import math
 import types
 import typing
-from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
-from fedbench.errors import UserError
+from fedbench.errors import UserError, shown
+from fedbench.infiles import read_yaml
 
 
 RESULT, AXIS, RECORD, RUNTIME = "result", "axis", "record", "runtime"
@@ -87,7 +86,7 @@ def _default_of(f: dataclasses.Field) -> Any:
 def field_specs(cls: type) -> tuple[FieldSpec, ...]:
     """Every field of config class ``cls`` with its declared role, flag and help (read once
     per class: the run id, the record and the leaderboard ask for it per run and per record)."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         flag = f.metadata.get("flag", False)
@@ -130,15 +129,19 @@ class FieldError(UserError):
         super().__init__(f"bad value {_show(value)} for {name}: {allowed}")
 
 
-def _clip(value: Any, n: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= n else text[:n] + "...'"
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, once per class (a 2000-run preset builds 6000 configs)."""
+    return typing.get_type_hints(cls)
+
+
+_clip = shown  # a value in a message: bounded, whatever its size (errors.shown)
 
 
 def _show(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return repr(",".join(map(str, value)))
-    return repr(value)
+    if isinstance(value, (list, tuple)) and len(value) <= 64 and all(isinstance(v, (int, float, str)) for v in value):
+        return shown(",".join(map(str, value)))
+    return shown(value)
 
 
 def check(cfg: Any, name: str, ok: bool, allowed: str) -> None:
@@ -186,10 +189,10 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
                 return _coerce(value, a, name)
             except (UserError, ValueError, TypeError) as e:
                 errors.append(str(e))
-        raise UserError(errors[0] if errors else f"bad value {value!r} for {name}: wrong type")
+        raise UserError(errors[0] if errors else f"bad value {_clip(value)} for {name}: wrong type")
     if origin is typing.Literal:
         if value not in args:
-            raise UserError(f"bad value {value!r} for {name}; choose from {', '.join(map(str, args))}")
+            raise UserError(f"bad value {_clip(value)} for {name}; choose from {', '.join(map(str, args))}")
         return value
     if origin in (list, tuple):
         if isinstance(value, str):
@@ -198,7 +201,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
                 text = text[1:-1]
             value = [v.strip() for v in text.split(",") if v.strip() != ""]
         elif isinstance(value, dict):
-            raise UserError(f"bad value {value!r} for {name}: expected a list")
+            raise UserError(f"bad value {_clip(value)} for {name}: expected a list")
         elif not isinstance(value, (list, tuple)):
             value = [value]
         inner = args[0] if args else Any
@@ -211,15 +214,15 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
             return True
         if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
             return False
-        raise UserError(f"bad value {value!r} for {name}: expected true/false")
+        raise UserError(f"bad value {_clip(value)} for {name}: expected true/false")
     if tp is str:
         if isinstance(value, (list, tuple, dict, set)) or value is None:
-            raise UserError(f"bad value {value!r} for {name}: expected a string")
+            raise UserError(f"bad value {_clip(value)} for {name}: expected a string")
         return str(value)
     if tp in (int, float):
         expected = "an integer" if tp is int else "a number"
         if isinstance(value, bool) or value is None:
-            raise UserError(f"bad value {value!r} for {name}: expected {expected}")
+            raise UserError(f"bad value {_clip(value)} for {name}: expected {expected}")
         try:
             if tp is int and isinstance(value, float) and not value.is_integer():
                 raise ValueError
@@ -229,7 +232,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         except (TypeError, ValueError, OverflowError):
             raise UserError(f"bad value {_clip(value)} for {name}: expected {expected}") from None
         if tp is float and not math.isfinite(out):
-            raise UserError(f"bad value {value!r} for {name}: must be a finite number (not NaN or infinity)")
+            raise UserError(f"bad value {_clip(value)} for {name}: must be a finite number (not NaN or infinity)")
         if tp is int and abs(out) > INT_MAX:
             raise UserError(f"bad value {_clip(value)} for {name}: must fit in 64 bits (|value| <= 2**63 - 1)")
         return out
@@ -238,7 +241,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
 
 def build_config(cls: type, values: Mapping[str, Any] | None = None, section: str = "") -> Any:
     """Instantiate dataclass ``cls`` from a mapping, coercing types; unknown keys fail."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     alias = {a: f.name for f in fields.values() for a in f.metadata.get("aliases", ())}
     values = {alias.get(k, k): v for k, v in (values or {}).items()}
@@ -297,64 +300,6 @@ def parse_overrides(items: list[str] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
-#: YAML aliases (``*name``) a config or preset may use: a few are handy, thousands are an
-#: expansion bomb (417 bytes of nested aliases expand to hundreds of megabytes)
-MAX_YAML_ALIASES = 100
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses duplicate keys and more than
-    :data:`MAX_YAML_ALIASES` aliases (PyYAML keeps the last duplicate silently)."""
-
-    aliases = 0
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            self.aliases += 1
-            if self.aliases > MAX_YAML_ALIASES:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"more than {MAX_YAML_ALIASES} aliases (*name): refused", self.peek_event().start_mark)
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                dup = key in seen
-            except TypeError:  # an unhashable key: SafeLoader's own error follows
-                continue
-            if dup:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def read_yaml(path: str | Path, what: str) -> Any:
-    """The YAML document at ``path`` (``what`` names it in messages: "config file",
-    "sweep preset"), read safely: duplicate keys and alias bombs refused, any problem
-    (missing, a directory, not UTF-8, invalid YAML, nested too deeply) one
-    :class:`~fedbench.errors.UserError` line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise UserError(f"{what} not found: {path}") from None
-    except IsADirectoryError:
-        raise UserError(f"{what} {path} is a directory, not a YAML file") from None
-    except UnicodeDecodeError as e:
-        raise UserError(f"{what} {path} is not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise UserError(f"{what} {path} cannot be read: {e.strerror or e}") from None
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise UserError(f"{what} {path} is not valid YAML: {yaml_error_line(e)}") from None
-    except RecursionError:
-        raise UserError(f"{what} {path} is nested too deeply") from None
-
-
 def load_yaml_config(path: str) -> dict[str, dict[str, Any]]:
     data = read_yaml(path, "config file")
     if data is None:
@@ -368,11 +313,3 @@ def load_yaml_config(path: str) -> dict[str, dict[str, Any]]:
         if data.get(s) is not None and not isinstance(data[s], dict):
             raise UserError(f"config file {path}: section {s!r} must be a mapping of fields, got {_clip(data[s])}")
     return {s: dict(data.get(s) or {}) for s in SECTIONS}
-
-
-def yaml_error_line(e: Exception) -> str:
-    """``line N: problem`` of a YAML error (PyYAML's message spans several lines)."""
-    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-    where = f"line {mark.line + 1}: " if mark is not None else ""
-    what = getattr(e, "problem", None) or (str(e).splitlines() or ["bad YAML"])[0]
-    return f"{where}{what}"

@@ -15,6 +15,7 @@ from typing import Literal
 
 from fedbench.config import AXIS, RECORD, RUNTIME, FieldSpec, cfg_field, check, check_int, field_specs
 from fedbench.errors import UserError
+from fedbench.numbers import exact_number
 
 
 #: more torch threads (or Ray workers) than any machine has cores: refused before set-up
@@ -41,15 +42,19 @@ def eval_period(rounds: int, eval_every: int | None, tiny: bool) -> int:
     return max(1 if tiny else REAL_TASK_MIN_PERIOD, -(-rounds // EVAL_POINTS))
 
 
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
 def parse_roc_exact(roc: str) -> list[Fraction]:
     """The tier shares of ``--roc a:b:c`` as exact fractions a/(a+b+c), ... (decimal ratios
     such as 0.6:0.4 are read exactly as written, not as binary floats)."""
     try:
-        parts = [Fraction(p.strip()) for p in roc.split(":")]
-    except (ValueError, ZeroDivisionError):
-        raise UserError(f"malformed --roc {roc!r}: expected ratios like 6:3:1") from None
+        parts = [exact_number(p) for p in roc.split(":")]
+    except ValueError as e:
+        raise UserError(f"malformed --roc {_short(roc)}: expected ratios like 6:3:1 ({e})") from None
     if len(parts) < 1 or any(p < 0 for p in parts) or sum(parts) <= 0:
-        raise UserError(f"malformed --roc {roc!r}: expected non-negative ratios like 6:3:1")
+        raise UserError(f"malformed --roc {_short(roc)}: expected non-negative ratios like 6:3:1")
     total = sum(parts)
     return [p / total for p in parts]
 
@@ -205,6 +210,12 @@ class RunConfig:
             raise UserError("--deadline (run.deadline) needs --devices: a round's time is simulated on the devices")
         if self.roc and self.capacities:
             raise UserError("give either --roc (run.roc) or --capacities (run.capacities), not both")
+        if self.device_catalog is not None and not self.devices:
+            raise UserError("--device-catalog (run.device_catalog) needs --devices: without device classes it "
+                            "would change nothing but the run id")
+        if self.workers != 1 and self.executor != "ray":
+            raise UserError(f"--workers {self.workers} is for --executor ray; the {self.executor} executor runs "
+                            "one client at a time in this process")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fedbench import integrity, outfiles
 from fedbench.errors import UserError
 from fedbench.upgrade import upgrade
 from fedbench.schema import (
@@ -101,22 +102,16 @@ def prepare_out_dir(root: str | os.PathLike, create: bool = True) -> Path:
 
 
 def read_record_status(path: str | os.PathLike) -> str | None:
-    """The ``status`` of the record at ``path``; None if there is none. A file that is not
-    a readable JSON record raises :class:`RecordError` (one line) instead of a traceback."""
+    """The ``status`` of the record at ``path``; None if there is none. A file that is not a
+    valid, trusted record (:func:`read_record_file`: unreadable, not the schema, another
+    run's, edited after it was written) raises :class:`RecordError` (one line naming it)."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        with open(path, encoding="utf-8") as fh:
-            rec = json.load(fh)
-    except json.JSONDecodeError as err:
-        raise RecordError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise RecordError(f"{path}: cannot be read ({str(err)[:200] or type(err).__name__})") from None
-    if not isinstance(rec, dict):
-        raise RecordError(f"{path}: expected a JSON object, got {type_name(rec)}")
-    status = rec.get("status")
-    return status if isinstance(status, str) else None
+        return read_record_file(path)["status"]
+    except RecordError as err:
+        raise RecordError(f"{one_line(str(path))}: {err}") from None
 
 
 def is_finished(path: str | os.PathLike) -> bool:
@@ -160,47 +155,14 @@ def _nonfinite_to_none(value: Any) -> Any:
     return value
 
 
-def fsync_replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
-    """Make the finished temp file ``tmp`` durable, then rename it over ``path`` and make
-    the rename durable too (fsync of the file, ``os.replace``, fsync of the folder): after
-    a crash or power loss ``path`` is the old file or the complete new one."""
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    try:
-        fd = os.open(Path(path).parent, os.O_RDONLY)
-    except OSError:  # a platform without directory descriptors
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def atomic_write_text(path: str | os.PathLike, text: str, root: str | os.PathLike | None = None) -> Path:
+    """Write ``text`` to ``path`` (inside folder ``root``, by default its own) through the one
+    safe writer, :func:`fedbench.outfiles.write_text`: atomic, regular files only, never out
+    of ``root``. Creates parent directories."""
+    return Path(outfiles.write_text(path, text, root))
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` atomically: a temp file in the
-    same directory, fsync, then ``os.replace``. Creates parent directories. Readers see
-    either the old file or the complete new one, never a partial write."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        fsync_replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
-
-
-def write_record(rec: dict, path: str | os.PathLike) -> Path:
+def write_record(rec: dict, path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
     """Validate ``rec`` and write it atomically to ``path`` as JSON (sorted keys, indent 2,
     trailing newline). Returns the path.
 
@@ -208,12 +170,14 @@ def write_record(rec: dict, path: str | os.PathLike) -> Path:
     int dict keys such as ``client_tiers`` become str, numpy scalars become Python
     numbers). After validation every NaN/inf becomes ``null`` so a failed run with a NaN
     loss still writes (an ``"ok"`` record with NaN is rejected by validation).
-    ``rec`` itself is not modified.
+    ``rec`` itself is not modified. ``root``: the records folder the path must stay in
+    (:mod:`fedbench.outfiles`; by default the record's own folder).
     """
     plain = _to_plain(rec, "")
     validate_record(plain, strict=True)
-    text = json.dumps(_nonfinite_to_none(plain), sort_keys=True, indent=2, allow_nan=False) + "\n"
-    return atomic_write_text(path, text)
+    sealed = integrity.seal(_nonfinite_to_none(plain))  # file name, run id and content hash checked on reading
+    text = json.dumps(sealed, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    return atomic_write_text(path, text, root)
 
 
 #: Limits of what :func:`load_records` reads as a record: a real record is about 6 levels
@@ -297,10 +261,14 @@ def read_record_file(path: str | os.PathLike) -> dict:
         raise RecordError(f"not readable JSON ({str(err).split(';')[0]})") from None
     try:
         _check_plain(rec)
+        raw = rec
         rec = upgrade(rec)  # an older record in the current shape (the file is left as it is)
         validate_record(rec)
     except RecordError as err:
         raise RecordError(f"not a valid result record: {err}") from None
+    problem = integrity.check(raw, rec["run"]["run_id"], path)  # the hash covers the file as written
+    if problem:
+        raise RecordError(f"not used: {problem}")
     return rec
 
 
@@ -338,10 +306,17 @@ def load_records(root: str | os.PathLike) -> list[dict]:
         raise UserError(f"records path {one_line(str(root))} is neither a directory nor a file")
     else:
         raise UserError(f"records directory not found: {one_line(str(root))}")
-    records = []
+    records, seen = [], {}
     for p in paths:
         try:
-            records.append(read_record_file(p))
+            rec = read_record_file(p)
         except RecordError as err:
             log.warning("skipping %s: %s", one_line(str(p)), one_line(str(err)))
+            continue
+        key = (rec["run"]["run_id"], rec["status"])
+        if key in seen:  # the same run twice (a copied file): counted once
+            log.warning("skipping %s: not used: the same run as %s", one_line(str(p)), one_line(str(seen[key])))
+            continue
+        seen[key] = p
+        records.append(rec)
     return records

@@ -16,8 +16,11 @@ point's name) or a module (whose import registers its classes with the decorator
     [project.entry-points."fedbench.methods"]
     my_method = "my_package.methods:MyMethod"
 
-A plugin that fails to import is skipped with a warning naming it; it never breaks the
-suite's own methods and tasks.
+Plugin loading is isolated: a plugin that fails to import (any exception, or a
+``sys.exit`` at import, which is reported and not obeyed), that names something other than
+a subclass of the registry's base class (a method must be a ``Method``, a task a ``Task``),
+or that is named like a built-in entry (the built-in is kept) is skipped with one warning
+naming it; it never breaks the suite's own methods and tasks or the other plugins.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from fedbench.errors import UserError
+from fedbench.errors import UserError, user_failure
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -115,11 +118,13 @@ class Registry(Generic[T]):
     """Keys of one kind. ``package`` (e.g. ``fedbench.methods``): the package whose modules
     register the built-in entries, imported the first time the registry is read (so that
     importing the package, or a module of it such as ``fedbench.tasks.setting``, does not
-    import every method or task and torch with them)."""
+    import every method or task and torch with them). ``base``: ``"module:Class"`` every
+    entry must subclass."""
 
-    def __init__(self, kind: str, group: str | None = None, package: str | None = None):
+    def __init__(self, kind: str, group: str | None = None, base: str | None = None, package: str | None = None):
         self.kind = kind
         self.group = group  # entry-point group of plugins (None: no plugins)
+        self.base = base  # "module:Class" every entry must subclass (None: anything)
         self.package = package
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}
@@ -134,12 +139,16 @@ class Registry(Generic[T]):
         if self.group is None:
             return
         for ep in plugin_entry_points(self.group):
+            if ep.name in self._entries or ep.name in self._aliases:
+                log.warning("%s plugin %r (%s) is named like a built-in %s: skipped, the built-in is kept",
+                            self.kind, ep.name, ep.value, self.kind)
+                continue
             try:
                 obj = ep.load()
-                if isinstance(obj, type) and ep.name not in self._entries and ep.name not in self._aliases:
+                if isinstance(obj, type):
                     self.add(ep.name, obj)
-            except Exception as e:  # noqa: BLE001 - a broken plugin must not break the suite
-                log.warning("%s plugin %r (%s) could not be loaded: %s", self.kind, ep.name, ep.value, e)
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - a broken plugin must not break the suite
+                log.warning("%s plugin %r (%s) could not be loaded: %s", self.kind, ep.name, ep.value, user_failure(e))
 
     def register(self, key: str, description: str = "", aliases: tuple[str, ...] = ()) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -153,12 +162,22 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} key {key!r} must be lowercase snake case")
         if key in self._entries or key in self._aliases:
             raise ValueError(f"{self.kind} {key!r} registered twice")
+        self._check_base(key, obj)
         if not description:
             doc = (getattr(obj, "__doc__", None) or "").strip()
             description = doc.splitlines()[0] if doc else ""
         self._entries[key] = Entry(key, obj, description, tuple(aliases))
         for a in aliases:
             self._aliases[a] = key
+
+    def _check_base(self, key: str, obj: T) -> None:
+        if self.base is None:
+            return
+        mod, _, name = self.base.partition(":")
+        base = getattr(importlib.import_module(mod), name)
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise TypeError(f"{self.kind} {key!r} is {getattr(obj, '__qualname__', type(obj).__name__)}, "
+                            f"not a subclass of {name}: not registered")
 
     def remove(self, key: str) -> None:
         """Unregister ``key`` and its aliases (tests that register a method of their own)."""

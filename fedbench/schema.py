@@ -231,6 +231,7 @@ _SCHEMA = _Obj({
                  "threads": _Opt(INT_N), "host": _Opt(STR_N), "ray_node": _Opt(STR_N),
                  "retries": _Opt(_ListOf(_Obj({"host": STR_N, "ray_node": STR_N, "error": STR,
                                                 "checkpoint_round": INT})))}),
+    "integrity": _Opt(_Obj({"sha256": STR})),  # fedbench.integrity: the hash of everything else, written with it
 })
 
 _KIND_DESC = {"int": "int", "num": "number", "str": "str", "bool": "bool", "dict": "dict", "list": "list"}

@@ -122,7 +122,8 @@ def plot_simtime(plt, records: Sequence[dict], task: str, out_dir: str | Path) -
         fig.tight_layout()
         path = Path(out_dir) / task / f"{file_stem(setting)}_simtime.png"
         try:
-            paths.append(write_file(path, lambda p: fig.savefig(p, dpi=110, metadata={"Software": None})))
+            paths.append(write_file(path, lambda fh: fig.savefig(fh, format="png", dpi=110,
+                                                                 metadata={"Software": None}), Path(out_dir)))
         finally:
             plt.close(fig)
     return paths

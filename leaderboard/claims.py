@@ -40,7 +40,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbench.config import read_yaml
+from fedbench.infiles import read_yaml
+from fedbench.leaderboard.claims_schema import CLAIMS, FIXES, check_file
 from fedbench.errors import UserError
 from fedbench.leaderboard.groups import RowKey, Section, raw_variant
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
@@ -218,6 +219,7 @@ def load_claims(claims_dir: str | Path, paper: str) -> tuple[str, list[Claim]]:
     if paper not in names:
         raise UserError(f"no claims of paper {paper!r} under {claims_dir} (have: {', '.join(names) or 'none'})")
     path = Path(claims_dir) / f"{paper}.yaml"
+    check_file(path, CLAIMS, "claims file")  # its shape, with line numbers, before reading it
     doc = read_yaml(path, "claims file")
     out = []
     for bi, block in enumerate(_need(doc, "blocks", str(path))):
@@ -229,6 +231,7 @@ def load_fixes(claims_dir: str | Path) -> list[Fix]:
     path = Path(claims_dir) / FIXES_FILE
     if not path.is_file():
         return []
+    check_file(path, FIXES, "fixes file")
     doc = read_yaml(path, "fixes file")
     return [Fix(str(_need(f, "commit", str(path))), str(_need(f, "committed_at", str(path))),
                 str(_need(f, "what", str(path))), tuple(f.get("methods") or ()), tuple(f.get("settings") or ()))

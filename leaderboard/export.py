@@ -39,6 +39,7 @@ from pathlib import Path
 from fedbench.errors import UserError
 from fedbench.leaderboard.groups import setting_sort_key
 from fedbench.leaderboard.output import write_text
+from fedbench.outfiles import check_output
 from fedbench.leaderboard.render import Fmt
 from fedbench.leaderboard.sections import SAFE_TASK, ok_sections
 from fedbench.leaderboard.table import COSTS, mem_sources, pareto_rows, quality_table, row_costs
@@ -181,6 +182,9 @@ def export(records_root: str | os.PathLike, out_dir: str | os.PathLike | None = 
     if not by_task:
         return []
     out = prepare_out_dir(out_dir)
+    for task in sorted(by_task):  # every file's place checked before the first is written
+        for ext in ("csv", "json"):
+            check_output(out / f"{task}.{per}.{ext}", out)
     paths = []
     for task in sorted(by_task):
         rows = task_rows(task, by_task[task], per)

@@ -46,6 +46,7 @@ from fedbench.leaderboard.plots import KINDS, MIN_CURVE_POINTS, curve_points, pl
 from fedbench.leaderboard.render import LOWER_IS_BETTER, PERCENT_METRICS, Fmt, esc, render_section
 from fedbench.leaderboard.budget import budget_lines
 from fedbench.leaderboard.sections import SAFE_TASK, ok_sections
+from fedbench.outfiles import check_output
 from fedbench.records import load_records, one_line, prepare_out_dir
 from fedbench.version import __version__
 
@@ -159,8 +160,10 @@ def generate(records_root: str | os.PathLike, out_dir: str | os.PathLike, *, plo
         log.warning("no result records under %s; no leaderboard written", one_line(str(records_root)))
         return []
     out_dir = prepare_out_dir(out_dir)
+    for task in sorted(by_task):  # every table's place checked before the first is written
+        check_output(out_dir / f"{task}.md", out_dir)
     paths = plot_records([r for rs in by_task.values() for r in rs], out_dir) if plots else []
     for task in sorted(by_task):
         text = render_task(task, by_task[task], plot_links(out_dir, task))
-        paths.append(write_text(out_dir / f"{task}.md", text))
+        paths.append(write_text(out_dir / f"{task}.md", text, out_dir))
     return sorted(paths)

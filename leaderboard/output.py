@@ -1,17 +1,20 @@
 """Writing the leaderboard's files: a bad ``--out`` (a file, a read-only folder, a name
-taken by a folder) is a one-line :class:`~fedbench.errors.UserError`, never a traceback.
-The commands check ``--out`` itself first with :func:`fedbench.records.prepare_out_dir`."""
+taken by a folder, a device, a FIFO or a symlink out of the folder) is a one-line
+:class:`~fedbench.errors.UserError`, never a traceback and never a damaged file: every
+file goes through the one safe writer, :mod:`fedbench.outfiles`. The commands check
+``--out`` itself first with :func:`fedbench.records.prepare_out_dir`."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
+from fedbench import outfiles
 from fedbench.errors import UserError
-from fedbench.records import atomic_write_text, one_line
+from fedbench.records import one_line
 
-__all__ = ["file_stem", "write_file", "write_text"]
+__all__ = ["file_stem", "remove_file", "write_file", "write_text"]
 
 
 def file_stem(setting: str) -> str:
@@ -20,18 +23,27 @@ def file_stem(setting: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+\-]", "_", setting)
 
 
-
-def write_file(path: Path, write: Callable[[Path], object]) -> Path:
-    """Call ``write(path)`` after creating ``path``'s folder; an OSError becomes a one-line
-    UserError naming the path."""
+def write_file(path: Path, fill: Callable[[BinaryIO], object], root: Path | None = None) -> Path:
+    """Write ``path`` (inside folder ``root``, by default its own) atomically with
+    ``fill(binary file)`` (:func:`fedbench.outfiles.write_with`); an OSError becomes a
+    one-line UserError naming the path."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(path)
+        return outfiles.write_with(path, fill, root)
     except OSError as err:
         raise UserError(f"cannot write {one_line(str(path))}: {err.strerror or err}") from None
-    return path
 
 
-def write_text(path: Path, text: str) -> Path:
+def write_text(path: Path, text: str, root: Path | None = None) -> Path:
     """Write ``text`` to ``path`` atomically (see :func:`write_file`)."""
-    return write_file(path, lambda p: atomic_write_text(p, text))
+    data = text.encode("utf-8")
+    return write_file(path, lambda fh: fh.write(data), root)
+
+
+def remove_file(path: Path, root: Path | None = None) -> None:
+    """Remove the regular file ``path`` (an older plot) if there is one; a device, FIFO or
+    link out of ``root`` is refused like a write."""
+    target = outfiles.check_output(path, root)
+    try:
+        target.unlink(missing_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot remove {one_line(str(path))}: {err.strerror or err}") from None

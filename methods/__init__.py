@@ -3,4 +3,5 @@ registry imports them the first time it is read (importing this package imports 
 
 from fedbench.registry import Registry
 
-METHODS: Registry = Registry("method", group="fedbench.methods", package=__name__)
+METHODS: Registry = Registry("method", group="fedbench.methods", base="fedbench.methods.base:Method",
+                               package=__name__)

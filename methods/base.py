@@ -38,6 +38,7 @@ class Method(Planning, LocalTraining, Exchange, Evaluation, ModelAndState):
       ``evaluation``           "global": the global model on the test split; "local": each client's own
       ``requires_full_tier``   trains only clients whose budget covers every layer
       ``needs_archs``          architectures the task must offer (``Task.archs``)
+      ``needs_parts``          the task's model must declare its parts (``ModelBundle.parts``)
       ``communicates``         False: exchanges nothing (local training only)
       ``family``               the section of the methods document it belongs to (plots draw a family together)
       ``STEP_HOOKS``           the local-training hooks that make a step a method's own (``plain_step``)
@@ -57,6 +58,7 @@ class Method(Planning, LocalTraining, Exchange, Evaluation, ModelAndState):
       ``local_loss``           an extra loss term
       ``hidden_blocks``        blocks whose outputs ``client_loss`` / ``eval_logits`` read
       ``client_statistics``    non-parameter tensors uploaded after training
+      ``quantised_activations`` blocks whose saved activations a client stores quantised, and the bits
       ``trained_factor``       the one LoRA factor (A or B) clients train in a round; None = both
     Aggregation and traffic (:class:`~fedbench.methods.hooks.Exchange`)
       ``client_payload``       the tensors sent down
@@ -71,6 +73,7 @@ class Method(Planning, LocalTraining, Exchange, Evaluation, ModelAndState):
       ``eval_logits``          named logits of the evaluated model (classification)
     Model and state (:class:`~fedbench.methods.hooks.ModelAndState`)
       ``extra_modules``        trainable modules added to every model (early exits, shared models)
+      ``patch_model``          (classmethod) changes to every model built, after its extra modules (RAVAN's cores)
       ``layout``               structural facts recorded in ``run.method_layout``
       ``base_weights_needed``  frozen base tensors the initial state must hold
       ``init_state``           the global state from the initial model's tensors
@@ -84,8 +87,11 @@ class Method(Planning, LocalTraining, Exchange, Evaluation, ModelAndState):
     evaluation: ClassVar[Literal["global", "local"]] = "global"
     #: the default ``check_tiers`` refuses a federation without such a client (``exclusive``)
     requires_full_tier: ClassVar[bool] = False
-    #: empty = any task of a supported kind (the FedLoRA family needs the Table 1 CNNs)
+    #: empty = any task of a supported kind
     needs_archs: ClassVar[tuple[str, ...]] = ()
+    #: True: it splits the model by its declared parts (the FedLoRA family), so the task's
+    #: model must declare them (``ModelBundle.parts``, with their widths)
+    needs_parts: ClassVar[bool] = False
     #: False (a lower reference): its payloads and uploads are empty by design
     communicates: ClassVar[bool] = True
     #: its family, a section of the methods document (``leaderboard.families`` orders them;
@@ -95,7 +101,8 @@ class Method(Planning, LocalTraining, Exchange, Evaluation, ModelAndState):
     #: uploaded from the trained model); a method overriding any of them has a step of its
     #: own (``plain_step`` False), which executors run client by client, never packed. A new
     #: hook of that kind is added here, and every executor follows.
-    STEP_HOOKS: ClassVar[tuple[str, ...]] = ("client_loss", "local_loss", "client_statistics")
+    STEP_HOOKS: ClassVar[tuple[str, ...]] = ("client_loss", "local_loss", "client_statistics", "patch_model",
+                                              "quantised_activations")
     #: bump when a change gives its runs other results: recorded (run.method_version), in the run id from 2 on
     version: ClassVar[int] = 1
 

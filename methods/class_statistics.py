@@ -19,7 +19,6 @@ from fedbench.methods.aggregation import per_class_average
 from fedbench.methods.base import MethodContext
 from fedbench.methods.base import EXTRA_PREFIX, ClientUpdate, MethodState, extra_module
 from fedbench.methods.personalised import PersonalisedConfig, PersonalisedMethod
-from fedbench.tasks.cnn import FEATURE_DIM
 
 
 class ClassStatistics(nn.Module):
@@ -170,7 +169,7 @@ class FedProto(StatisticsMethod):
 
     @classmethod
     def stat_dim(cls, ctx: MethodContext) -> int:
-        return FEATURE_DIM
+        return cls.declared_parts(ctx).width("representation")  # the declared representation's (500 in CNN-1..5)
 
     def stat_values(self, model, x):
         return self.split(model, x)[1]  # (B, 500) representations

@@ -48,7 +48,6 @@ from fedbench.methods import METHODS
 from fedbench.methods import fedlora_math as fm
 from fedbench.methods.base import ClientPlan, LocalPhase, extra_module
 from fedbench.methods.personalised import PersonalisedConfig, PersonalisedMethod, extra_keys
-from fedbench.tasks.cnn import FEATURE_DIM, TABLE1, arch_index
 
 ADAPTERS = ("auto", "direct", "decomposition")
 
@@ -100,10 +99,11 @@ class FedLoRA(PersonalisedMethod):
     def extra_modules(cls, config, ctx, head):
         cfg, c = config, int(ctx.n_classes)
         rank = default_rank(c) if cfg.rank is None else cfg.rank
-        if cfg.structure == "direct":
-            d_in = TABLE1[arch_index(cfg.archs)][1]  # the FC1 width every client's CNN has
-            return {"adapter": fm.DirectReductionAdapter(d_in, rank, c)}
-        return {"adapter": fm.MatrixDecompositionAdapter(FEATURE_DIM, rank, c)}
+        cls.declared_parts(ctx)
+        if cfg.structure == "direct":  # h's width in the one architecture every client has (its FC1's)
+            return {"adapter": fm.DirectReductionAdapter(ctx.parts_of(cfg.archs).width("feature_extractor"), rank, c)}
+        # r's width, the same in every architecture of the family (the 500-d FC2 output)
+        return {"adapter": fm.MatrixDecompositionAdapter(cls.declared_parts(ctx).width("representation"), rank, c)}
 
     def shared_keys(self) -> list[str]:
         return extra_keys("adapter", self.ctx.extra_keys)

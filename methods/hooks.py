@@ -107,6 +107,15 @@ class LocalTraining:
         ``batches()`` iterates over its training data. Counted as traffic. Default: none."""
         return {}
 
+    def quantised_activations(self, plan: ClientPlan) -> dict[int, int]:
+        """{physical block j: bits}: the blocks whose activations saved for backward the
+        client stores quantised to ``bits`` (dequantised in backward: less memory, extra
+        compute; a memory lever, FedQuad's). Every step of the client runs so
+        (:mod:`~fedbench.runners.executors.act_quant`, through ``saved_tensors_hooks``), the
+        planner's measured step too, and the memory accountant counts the packed bytes. A
+        method that overrides it has a step of its own (``Method.STEP_HOOKS``). Default: none."""
+        return {}
+
     def trained_factor(self, rnd: int) -> Literal["A", "B"] | None:
         """The one LoRA factor every client trains (and uploads) in round ``rnd`` (1-based),
         the other frozen and shared so that the average is exact; a method's ``plan`` puts
@@ -199,6 +208,17 @@ class ModelAndState:
         uploads like any other tensor. Called under the run's seeded RNG. Default: none.
         """
         return {}
+
+    @classmethod
+    def patch_model(cls, config: MethodConfig, model: torch.nn.Module) -> None:
+        """Change a model the runner has just built, once, after attaching ``extra_modules``
+        (every model: the worker's pool, fresh models for private state, the planner's,
+        the global model that is evaluated); e.g. fixed values of frozen tensors drawn from a
+        seed in ``config`` and forward hooks through which the extra modules' tensors enter
+        the adapted layers (RAVAN's cores between its frozen bases). Runs under the model's
+        build seed; deterministic, so every process builds the same model. A method that
+        overrides it has a step of its own (``Method.STEP_HOOKS``: the ``packed`` executor's
+        forward does not run these hooks). Default: nothing."""
 
     def layout(self) -> dict[str, Any]:
         """Structural facts of this run's method worth recording (JSON-serialisable), written

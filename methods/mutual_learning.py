@@ -10,33 +10,32 @@ from fedbench.config import cfg_field, check
 from fedbench.methods import METHODS
 from fedbench.methods import fedlora_math as fm
 from fedbench.methods.base import extra_module
-from fedbench.methods.personalised import PersonalisedConfig, PersonalisedMethod, extra_keys
-from fedbench.tasks.cnn import ARCHS
-from fedbench.tasks.cnn_task import CNN_PARTS, cnn_bundle
+from fedbench.methods.personalised import PersonalisedConfig, PersonalisedMethod, check_arch, extra_keys
 
 
 @dataclass(frozen=True)
 class SharedModelConfig(PersonalisedConfig):
-    shared_arch: str = cfg_field("cnn5", "architecture of the small shared homogeneous model (FedLoRA's baselines "
-                                         "use the smallest, CNN-5)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self, "shared_arch", self.shared_arch in ARCHS, f"must be one of {', '.join(ARCHS)}")
+    shared_arch: str = cfg_field("cnn5", "architecture of the small shared homogeneous model, one of the task's "
+                                         "(FedLoRA's baselines use the smallest, CNN-5)")
 
 
 class SharedModelMethod(PersonalisedMethod):
-    """A small shared CNN (extra module ``shared``, a Table 1 CNN built with the task's
-    input shape, split by its declared parts ``CNN_PARTS``) trained together with the
-    private CNN; only the shared model is averaged (example weights)."""
+    """A small shared model (extra module ``shared``: the task's model of architecture
+    ``shared_arch``, built at the data's shape and split by its own declared parts) trained
+    together with the private CNN; only the shared model is averaged (example weights)."""
 
     config_cls = SharedModelConfig
 
+    def __init__(self, config, ctx):
+        super().__init__(config, ctx)
+        check_arch("shared_arch", config.shared_arch, ctx.archs)
+        self.shared_parts = ctx.parts_of(config.shared_arch)
+
     @classmethod
     def extra_modules(cls, config, ctx, head):
-        info = ctx.data_info
-        return {"shared": cnn_bundle(config.shared_arch, int(info.get("in_channels", 3)),
-                                     int(ctx.n_classes), int(info.get("img_size", 32))).model}
+        cls.declared_parts(ctx)
+        check_arch("shared_arch", config.shared_arch, ctx.archs)
+        return {"shared": ctx.model_of(config.shared_arch).model}
 
     def shared_keys(self) -> list[str]:
         return extra_keys("shared", self.ctx.extra_keys)
@@ -44,7 +43,7 @@ class SharedModelMethod(PersonalisedMethod):
     def two_outputs(self, model, x):
         """(representation, logits) of the private model, then of the shared one."""
         _, f_local, z_local = self.split(model, x)
-        _, f_shared, z_shared = CNN_PARTS.forward(extra_module(model, "shared"), x)
+        _, f_shared, z_shared = self.shared_parts.forward(extra_module(model, "shared"), x)
         return f_local, z_local, f_shared, z_shared
 
     def eval_logits(self, task, model, batch, hidden):

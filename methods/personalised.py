@@ -6,13 +6,15 @@ FD and FedProto (:mod:`~fedbench.methods.class_statistics`).
 
 Common to all seven (FedLoRA's evaluation protocol, Sec. 6.1):
 
-- every client owns a whole Table 1 CNN (:mod:`fedbench.tasks.cnn`): ``cnn1`` for all
-  clients (``archs=cnn1``, model-homogeneous) or CNN-(client mod 5 + 1)
-  (``archs=hetero``, model-heterogeneous, the paper's assignment by client id; the rule is
-  :func:`assign_arch`); the task must offer these architectures (``needs_archs``: cifar10,
-  cifar100_cnn, fashion_mnist, tiny_vision with ``model=cnn``) and its model must declare
-  its parts (``ModelBundle.parts``: feature extractor, representation layer, head), which
-  is how the methods split it (never by layer names);
+- every client owns a whole model of one of the task's architectures (``Task.archs``; for
+  the paper's Table 1 CNNs, :mod:`fedbench.tasks.cnn`): one of them for all clients
+  (``archs=cnn1``, model-homogeneous) or the task's architectures in turn by client id
+  (``archs=hetero``, model-heterogeneous: with CNN-1..5, client c gets CNN-(c mod 5 + 1), the
+  paper's assignment; the rule is :func:`assign_arch`); its model must declare its parts
+  (``needs_parts``, ``ModelBundle.parts``: feature extractor, representation layer, head,
+  and the widths of their outputs), which is how the methods split it and size what reads
+  it (never by layer names or a task's tables): cifar10, cifar100_cnn, fashion_mnist,
+  tiny_vision with ``model=cnn``;
 - the CNN is the client's private state (kept between rounds by the engine's
   ClientStore, starting from the freshly built model of its architecture), trained whole
   (no peft LoRA: ``lora_targets`` defaults to the task's empty profile ``none``);
@@ -38,11 +40,10 @@ from typing import ClassVar, Sequence
 import torch
 from torch import nn
 
-from fedbench.config import cfg_field, check
+from fedbench.config import FieldError, cfg_field
 from fedbench.errors import UserError
 from fedbench.methods.base import EXTRA_PREFIX, ClientPlan, LocalPhase, Method, MethodConfig, MethodState
-from fedbench.tasks.base import PART_NAMES
-from fedbench.tasks.cnn import ARCHS
+from fedbench.tasks.base import PART_NAMES, ModelParts
 
 
 def extra_keys(name: str, keys: Sequence[str]) -> list[str]:
@@ -63,14 +64,15 @@ def assign_arch(client: int, archs: str, family: Sequence[str]) -> str:
 class PersonalisedConfig(MethodConfig):
     lora_targets: str = cfg_field("none", "LoRA target profile; 'none' (the CNN tasks' empty profile): these methods "
                                           "train whole CNNs, no peft LoRA")
-    archs: str = cfg_field("hetero", "client models: 'hetero' = CNN-(client mod 5 + 1) (model-heterogeneous, "
-                                     "FedLoRA Sec. 6.1), or one of cnn1..cnn5 for every client (model-homogeneous; "
-                                     "the paper's is cnn1)")
+    archs: str = cfg_field("hetero", "client models: 'hetero' = the task's architectures in turn by client id "
+                                     "(CNN-(client mod 5 + 1), model-heterogeneous, FedLoRA Sec. 6.1), or one of "
+                                     "them (cnn1..cnn5) for every client (model-homogeneous; the paper's is cnn1)")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self, "archs", self.archs == "hetero" or self.archs in ARCHS,
-              f"must be 'hetero' or one of {', '.join(ARCHS)}")
+
+def check_arch(field: str, arch: str, archs: Sequence[str]) -> None:
+    """``method.<field>`` = ``arch`` must name one of the task's architectures ``archs``."""
+    if arch not in archs:
+        raise FieldError(f"method.{field}", arch, f"must be one of the task's architectures: {', '.join(archs)}")
 
 
 class PersonalisedMethod(Method):
@@ -82,17 +84,25 @@ class PersonalisedMethod(Method):
     config_cls = PersonalisedConfig
     task_kinds = ("classification",)
     evaluation: ClassVar[str] = "local"
-    needs_archs: ClassVar[tuple[str, ...]] = ARCHS
+    needs_parts: ClassVar[bool] = True
 
     def __init__(self, config: MethodConfig, ctx):
         super().__init__(config, ctx)
+        self.declared_parts(ctx)
+        if config.archs != "hetero":
+            check_arch("archs", config.archs, ctx.archs)
+
+    @classmethod
+    def declared_parts(cls, ctx) -> ModelParts:
+        """The parts the task's model declares (``ctx.parts``); a UserError if it declares none."""
         if ctx.parts is None:
-            raise UserError(f"{type(self).__name__} splits each client's model into feature extractor, "
+            raise UserError(f"{cls.__name__} splits each client's model into feature extractor, "
                             f"representation and head, and this task's model declares no parts")
+        return ctx.parts
 
     # -- architecture ---------------------------------------------------------------------
     def client_arch(self, client: int) -> str:
-        return assign_arch(client, self.config.archs, self.needs_archs)
+        return assign_arch(client, self.config.archs, self.ctx.archs)
 
     def plan(self, rnd, clients, state, rng):
         return {p.client: ClientPlan(p.client, p.tier, (), train_head=False, arch=self.client_arch(p.client))

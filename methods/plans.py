@@ -14,7 +14,7 @@ import torch
 
 from fedbench.config import cfg_field, check
 from fedbench.methods.client_api import MemoryAPI
-from fedbench.tasks.base import ModelParts
+from fedbench.tasks.base import ModelBundle, ModelParts
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,31 @@ class MethodContext:
     part_keys: dict[str, list[str]] = field(default_factory=dict)
     #: the run's memory accountant (None: the runner offers none, e.g. in a worker process)
     memory: MemoryAPI | None = None
+    #: the architectures the task offers for per-client models (``Task.archs``; the first is
+    #: the default) and ``build_model(arch)``: a fresh model of one at the task's data shape
+    #: (``Task.build_model``, drawing from the global torch RNG); None = no task
+    archs: tuple[str, ...] = ()
+    build_model: Callable[[str | None], ModelBundle] | None = None
+
+    def model_of(self, arch: str) -> ModelBundle:
+        """A fresh model of architecture ``arch`` (``build_model``, drawing from the global torch
+        RNG); a UserError where no task builds models."""
+        if self.build_model is None:
+            from fedbench.errors import UserError
+
+            raise UserError(f"no task builds a model of architecture {arch!r} here")
+        return self.build_model(arch)
+
+    def parts_of(self, arch: str) -> ModelParts:
+        """The declared parts of architecture ``arch``'s model, read from a fresh model built
+        with the RNG untouched (a UserError if the task builds no models or ``arch`` declares none)."""
+        from fedbench.errors import UserError
+
+        with torch.random.fork_rng(devices=[]):
+            parts = self.model_of(arch).parts
+        if parts is None:
+            raise UserError(f"the model of architecture {arch!r} declares no parts")
+        return parts
 
     def keys_for_layers(self, layers: Sequence[int], head: bool = True) -> list[str]:
         keys = [k for j in layers for k in self.layer_keys[j]]

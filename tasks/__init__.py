@@ -3,4 +3,4 @@ tasks with ``TASKS.register``; the registry imports them the first time it is re
 
 from fedbench.registry import Registry
 
-TASKS: Registry = Registry("task", group="fedbench.tasks", package=__name__)
+TASKS: Registry = Registry("task", group="fedbench.tasks", base="fedbench.tasks.base:Task", package=__name__)

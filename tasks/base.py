@@ -46,6 +46,15 @@ class ModelParts:
     feature_extractor: tuple[str, ...]
     representation: tuple[str, ...]
     head: tuple[str, ...]
+    #: the widths of h and r (the feature extractor's and the representation's outputs), as
+    #: the model declares them (what a method sizes a module reading h or r by); () = undeclared
+    widths: tuple[int, ...] = ()
+
+    def width(self, part: str) -> int:
+        """The declared output width of ``part`` (``feature_extractor`` or ``representation``)."""
+        if len(self.widths) != 2:
+            raise ValueError(f"this model's parts declare no widths (a method sizes a module by the {part}'s)")
+        return self.widths[PART_NAMES.index(part)]
 
     def modules(self, part: str) -> tuple[str, ...]:
         """The module paths of ``part`` (one of :data:`PART_NAMES`)."""

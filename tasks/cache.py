@@ -10,16 +10,16 @@ simply means: encode again. ``FEDBENCH_CACHE=off`` (or ``0`` / ``none``) disable
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
+
+from fedbench.outfiles import OutputError, write_with
 
 log = logging.getLogger(__name__)
 
@@ -73,22 +73,11 @@ def _read(path: Path, rows: int) -> dict[str, torch.Tensor] | None:
 
 
 def _write(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    """Atomically: a temporary file in the same folder, then ``os.replace``."""
-    tmp = None
+    """Atomically, through the one safe writer (:func:`fedbench.outfiles.write_with`)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            torch.save(tensors, f)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache may be shared
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
+        write_with(path, lambda fh: torch.save(tensors, fh))
+    except (OSError, OutputError) as e:
         log.warning("could not write the encoding cache entry %s: %s", path, e)
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def cached_tensors(what: str, parts: dict[str, Any], rows: int,

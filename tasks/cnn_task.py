@@ -12,6 +12,7 @@ representation = FC2 (500-d), head = FC3.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -28,16 +29,18 @@ LORA_TARGETS = {"fc": ["linear"], "none": []}
 
 #: the parts of every Table 1 CNN (its forward is this chain): the convs and FC1 extract
 #: features (FC1's output: FedLoRA's direct-reduction adapter input), FC2 gives the 500-d
-#: representation (FedProto's prototypes, the decomposition adapter's input), FC3 classifies
+#: representation (FedProto's prototypes, the decomposition adapter's input), FC3 classifies;
+#: a model's bundle adds the widths of its FC1 and FC2 outputs (``ModelParts.widths``)
 CNN_PARTS = ModelParts(feature_extractor=("convs", "fc.0"), representation=("fc.1",), head=("head",))
 
 
 def cnn_bundle(arch: str | None, in_channels: int, n_classes: int, img_size: int) -> ModelBundle:
     """The :class:`ModelBundle` of Table 1 CNN ``arch`` (None = cnn1): blocks = FC1, FC2;
-    head = FC3; parts :data:`CNN_PARTS`."""
+    head = FC3; parts :data:`CNN_PARTS` with their widths (FC1's, 500)."""
     model = cnn(arch_index(arch), in_channels, n_classes, img_size)
+    parts = dataclasses.replace(CNN_PARTS, widths=(model.fc1_dim, model.feature_dim))
     return ModelBundle(model, "fc", {k: list(v) for k, v in LORA_TARGETS.items()}, ["head"], default_target="fc",
-                       parts=CNN_PARTS)
+                       parts=parts)
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ from fedbench.tasks.models import (
 )
 from fedbench.tasks.instruction_encoding import IGNORE, PromptDataset, encode_pairs
 from fedbench.tasks.instruction_examples import Example, first_value, holdout
-from fedbench.tasks.record_files import check_rows, hub_splits, json_type, read_local_splits, read_records
+from fedbench.tasks.record_files import check_rows, hub_splits, json_type, read_local_splits, read_records, text_problem
 from fedbench.tasks.partition import check_disjoint
 from fedbench.tasks.rouge import rouge_l
 
@@ -157,6 +157,8 @@ class InstructionTask(Task):
                 return f"missing field {names[0]!r}" + (f" (or {', '.join(map(repr, names[1:]))})" if names[1:] else "")
             if not isinstance(value, str):
                 return f"field {next(n for n in names if n in row)!r} must be a string, got {json_type(value)}"
+            if text_problem(next(n for n in names if n in row), value):
+                return text_problem(next(n for n in names if n in row), value)
         return None
 
     def to_example(self, row: dict) -> Example:

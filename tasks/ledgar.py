@@ -123,7 +123,7 @@ def row_checker(names: list[str], names_from: str):
     classes = f"the {bound} names of {names_from}" if names else f"below {MAX_CLASSES} without a class list"
 
     def problem(row: dict) -> str | None:
-        found = field_problem(row, "text", (str,), "a string") or field_problem(row, "label", (int,), "an integer")
+        found = field_problem(row, "text", (str,), "a string", text=True) or field_problem(row, "label", (int,), "an integer")
         if found is None and not 0 <= row["label"] < bound:
             found = f"label {str(row['label'])[:40]} is not a class id in 0..{bound - 1} ({classes})"
         return found

@@ -143,14 +143,21 @@ def check_rows(numbered: Iterable[tuple[int, Any]], check: RowCheck | None, sour
     return rows
 
 
-def field_problem(row: dict, name: str, kinds: tuple[type, ...], kind_name: str) -> str | None:
-    """What is wrong with ``row[name]`` if it is missing or not of ``kinds`` (bool is no int)."""
+def text_problem(name: str, value: Any) -> str | None:
+    """A text field that holds no text (empty or whitespace only: a row that would train and
+    be scored on nothing), or None."""
+    return f"field {name!r} is empty (no text)" if isinstance(value, str) and not value.strip() else None
+
+
+def field_problem(row: dict, name: str, kinds: tuple[type, ...], kind_name: str, text: bool = False) -> str | None:
+    """What is wrong with ``row[name]`` if it is missing or not of ``kinds`` (bool is no int);
+    ``text``: an empty text too (:func:`text_problem`)."""
     if name not in row or row[name] is None:
         return f"missing field {name!r}"
     value = row[name]
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         return f"field {name!r} must be {kind_name}, got {json_type(value)} {str(value)[:40]!r}"
-    return None
+    return text_problem(name, value) if text else None
 
 
 def split_file(root: Path, split: str) -> Path | None:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from fedbench.errors import UserError
+from fedbench.numbers import whole_number
 
 VALID_FORMS = (
     "valid forms: iid, dir(a), k/a, k/-, domain, domain+dir(a)xm, k/Dd "
@@ -81,10 +82,10 @@ def _alpha(text: str, s: str) -> float:
 
 
 def _positive(text: str, s: str, name: str) -> int:
-    v = int(text)
-    if not 1 <= v <= MAX_COUNT:
-        raise _bad(s, f"{name} must be in 1..{MAX_COUNT} in setting")
-    return v
+    try:
+        return whole_number(text, 1, MAX_COUNT)  # a 5000-digit k is refused before it is converted
+    except ValueError:
+        raise _bad(s, f"{name} must be in 1..{MAX_COUNT} in setting") from None
 
 
 def parse_setting(s: str) -> Setting:

@@ -11,7 +11,8 @@ SMALL_TASK_CONFIGS = {
 }
 
 #: task-config variants a tiny task offers for methods that need particular
-#: architectures (``Method.needs_archs``), merged over SMALL_TASK_CONFIGS
+#: architectures (``Method.needs_archs``) or a model that declares its parts
+#: (``Method.needs_parts``), merged over SMALL_TASK_CONFIGS
 ARCH_TASK_CONFIGS = {
     "tiny_vision": [{"model": "cnn"}],
 }

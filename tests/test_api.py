@@ -27,7 +27,7 @@ def test_readme_api_example_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_run_returns_the_record_and_skips_a_finished_run(tmp_path):
-    kw = dict(rounds=1, clients=2, out=str(tmp_path), task_config=SMALL_TASK_CONFIGS["tiny_text"])
+    kw = dict(rounds=1, clients=2, out=str(tmp_path), task_config=SMALL_TASK_CONFIGS["tiny_text"], executor="stub")
     rec = fedbench.run("fedavg", "tiny_text", **kw)
     assert rec["status"] == "ok"
     path = next(tmp_path.rglob("*.json"))
@@ -46,7 +46,7 @@ def test_bad_field_is_one_user_error(tmp_path):
 def test_sweep_returns_every_record(tmp_path):
     task_cfg = ", ".join(f"{k}: {v}" for k, v in SMALL_TASK_CONFIGS["tiny_text"].items())
     preset = tmp_path / "p.yaml"
-    preset.write_text(f"task: tiny_text\nmethods: [fedavg, fedra]\nrun: {{rounds: 1, clients: 2}}\n"
+    preset.write_text(f"task: tiny_text\nmethods: [fedavg, fedra]\nrun: {{rounds: 1, clients: 2, executor: stub}}\n"
                       f"task_config: {{{task_cfg}}}\nout: {tmp_path / 'res'}\n")
     recs = fedbench.sweep(str(preset))
     assert [r["run"]["method"] for r in recs] == ["fedavg", "fedra"] and {r["status"] for r in recs} == {"ok"}
@@ -59,7 +59,7 @@ def test_sweep_goes_through_the_cli_loop_and_warns_of_a_corrupt_record(tmp_path,
 
     task_cfg = ", ".join(f"{k}: {v}" for k, v in SMALL_TASK_CONFIGS["tiny_text"].items())
     preset = tmp_path / "p.yaml"
-    preset.write_text(f"task: tiny_text\nmethods: [fedavg, fedra]\nrun: {{rounds: 1, clients: 2}}\n"
+    preset.write_text(f"task: tiny_text\nmethods: [fedavg, fedra]\nrun: {{rounds: 1, clients: 2, executor: stub}}\n"
                       f"task_config: {{{task_cfg}}}\nout: {tmp_path / 'res'}\n")
     first = fedbench.sweep(str(preset))
     calls = []

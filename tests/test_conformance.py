@@ -13,16 +13,23 @@ from fedbench.tasks import TASKS
 from fedbench.config import build_config
 from smoke import ARCH_TASK_CONFIGS, SMALL_TASK_CONFIGS
 
-TINY = ("tiny_vision", "tiny_text", "tiny_lm")
+#: every registered tiny task (``Task.tiny``): a new one is covered without being listed here
+TINY = tuple(t for t in TASKS.keys() if TASKS.get(t).tiny)
+
+
+def test_every_tiny_task_has_a_small_config():
+    """The registry's tiny tasks (at least the three built in) each have a smoke-size config."""
+    assert {"tiny_vision", "tiny_text", "tiny_lm"} <= set(TINY)
+    assert set(TINY) <= set(SMALL_TASK_CONFIGS), "add the new tiny task to tests/smoke.py SMALL_TASK_CONFIGS"
 
 
 def task_config_for(method: str, task: str) -> dict | None:
     """The small config of ``task`` on which ``method`` can run: the plain one, or for a
-    method that needs architectures (``needs_archs``) the first variant offering them;
-    None if there is none."""
-    needs = METHODS.get(method).needs_archs
+    method that needs architectures (``needs_archs``) or declared parts (``needs_parts``) the
+    first variant offering them; None if there is none."""
+    needs, cls = METHODS.get(method).needs_archs, METHODS.get(method)
     task_cls = TASKS.get(task)
-    for variant in ([{}] if not needs else []) + ARCH_TASK_CONFIGS.get(task, []):
+    for variant in ([{}] if not (needs or cls.needs_parts) else []) + ARCH_TASK_CONFIGS.get(task, []):
         cfg = {**SMALL_TASK_CONFIGS[task], **variant}
         if all(a in task_cls(build_config(task_cls.config_cls, cfg, "task")).archs() for a in needs):
             return cfg
@@ -33,6 +40,7 @@ CASES = [
     (m, t)
     for m in METHODS.keys()
     for t in TINY
+    if t in SMALL_TASK_CONFIGS  # else test_every_tiny_task_has_a_small_config fails
     if TASKS.get(t).kind in METHODS.get(m).task_kinds and task_config_for(m, t) is not None
 ]
 
@@ -55,10 +63,17 @@ def test_every_method_runs_somewhere():
     assert covered == set(METHODS.keys())
 
 
+#: blocks of the tiny models in the two-round runs: half the tiny tasks' 12, still room for the
+#: three tiers of roc 1:1:1 to differ in depth (6 / 4 / 2 layers); every step, measurement and
+#: evaluation costs about half
+TWO_ROUND_DEPTH = 6
+
+
 @pytest.mark.parametrize("method,task", CASES)
 def test_method_runs_two_rounds(method, task, tmp_path):
     run = dict(rounds=2, clients=4, per_round=4, roc="1:1:1", seed=0, out=str(tmp_path))
-    rec, path = Experiment(method, task, run, task_config=task_config_for(method, task)).run()
+    cfg = {**task_config_for(method, task), "depth": TWO_ROUND_DEPTH}
+    rec, path = Experiment(method, task, run, task_config=cfg).run()
     assert rec["status"] == "ok", rec["error"]
     assert path.exists()
     validate_record(rec)
@@ -78,8 +93,10 @@ def test_method_runs_two_rounds(method, task, tmp_path):
 #: rounds on a tiny classification task for every method to beat its own untrained model
 #: (the slowest learners, the partial-layer and rank-1 tiers, need a few)
 LEARN_ROUNDS = 5
-#: the first of these a method can run on (tiny_text; tiny_vision's CNNs for the FedLoRA family)
+#: the first of these a method can run on (tiny_text; tiny_vision's CNNs for the FedLoRA family),
+#: then any other tiny classification task of the registry
 LEARN_TASKS = ("tiny_text", "tiny_vision")
+LEARN_TASKS += tuple(t for t in TINY if TASKS.get(t).kind == "classification" and t not in LEARN_TASKS)
 #: methods that may not beat their untrained model here, with the reason
 LEARN_EXCEPTIONS: dict[str, str] = {}
 LEARN_DATA = {"tiny_vision": {"n_train_per_domain": 80, "n_test_per_domain": 10}}

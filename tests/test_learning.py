@@ -52,6 +52,11 @@ The alternating-factor methods train each LoRA factor in every other round only.
 +0.027); at 3 epochs 0.720 / 0.760 against 0.567 / 0.527 (+0.153 / +0.233), so it runs 3
 local epochs (:data:`LOCAL_EPOCHS`); rolora_het (rank 16, tiers 1 / 4 / 16) passes at 1
 epoch (2026-11-28, on a loaded 2-core machine).
+
+Of the last two of 2027, fedquad (LoRA depth from the output, 8-bit activations) passes at 15
+rounds x 1 epoch; ravan (frozen random bases, only the r x r cores train) misses the head-only
+margin at every budget tried and is exempt from it (:data:`EXEMPT`, with the measurements;
+2026-11-29, FEDBENCH_LEARNING_ALL=1 ``-m slow -k "ravan or fedquad"``: 5 min 17 s on a busy core).
 """
 
 from __future__ import annotations
@@ -114,6 +119,14 @@ EXEMPT: dict[tuple[str, str], str] = {
         "The limit is the budget and the variant defaults, not the mechanism: at 3 epochs every client at budget 16 "
         "reached 0.593 / 0.633 (+0.027 / +0.107), and lr_ratio 1 with aggregation=contrib 0.653 / 0.653 (+0.087 / "
         "+0.127) (2026-11-28)"),
+    ("ravan", "head_only"): (
+        "RAVAN trains only the h r x r cores between frozen random bases (the spec's init): at the default lora_r 8 "
+        "(h = 4 heads of rank 2) q/v move only inside fixed random 8-dimensional subspaces of the width-48 model, "
+        "with 16 trained entries per matrix. 15 rounds x 1 epoch: head-only gain +0.000 / -0.033; x 3 epochs: "
+        "0.520 / 0.520 against head-only 0.567 / 0.527; lora_r 16 (rank-4 heads), 1 epoch: 0.533 / 0.467 "
+        "(+0.020 / -0.020); bases spanning the whole width (lora_r 48, alpha 48), 1 epoch: 0.553 / 0.533 "
+        "(+0.040 / +0.047), short of the 0.05 margin: the frozen-basis restriction at this budget is the limit "
+        "(2026-11-29; it beats its untrained model and the majority class)"),
 }
 #: tiny_text for the globally evaluated methods: labels that need token interactions
 LEARN_TEXT = {"label": "order", "keywords": 2, "n_train": 600, "n_test": 200, "seq_len": 12}

@@ -41,6 +41,7 @@ def measure_traffic(key: str, config: dict, ranks: list[int], rounds: int, selec
     ctx = method_context(am, profiles, rounds)
     head = am.model.get_submodule("classifier")
     am.attach_extra(cls.extra_modules(cfg, ctx, head))
+    cls.patch_model(cfg, am.model)
     m = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))
     assert len(m.ctx.all_keys) == 2 * L + 2  # A and B of 24 matrices + the head
     state = m.init_state(am.read(am.all_keys + m.base_weights_needed()))

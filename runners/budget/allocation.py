@@ -119,6 +119,7 @@ class Planner:
         if attach_extras:  # the method's extra modules, as a federation of the top budget places them
             ctx = self._ctx(top)
             setup.am.attach_extra(method_cls.extra_modules(config, ctx, self._head()))
+            method_cls.patch_model(config, setup.am.model)
 
     def _head(self):
         b = self.s.am.bundle

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from importlib import resources
 from typing import Mapping
 
 import numpy as np
 
-from fedbench.config import read_yaml
-from fedbench.errors import UserError
+from fedbench.infiles import read_yaml
+from fedbench.errors import UserError, shown
+from fedbench.numbers import exact_number
 from fedbench.runners.budget.shapes import PRECISIONS
 from fedbench.runners.core.tiers import largest_remainder
 from fedbench.units import GB
@@ -60,9 +60,16 @@ class Device:
                 "uplink_mbps": self.uplink_mbps, "downlink_mbps": self.downlink_mbps, "source": self.source}
 
 
+#: the largest figure a catalogue entry may give (GB, TFLOP/s, Mbit/s): beyond them a
+#: figure is a typo, and 1e300 GB overflows when turned into bytes
+MAX_FIGURE = {"memory_gb": 1e6, "tflops": 1e6, "uplink_mbps": 1e9, "downlink_mbps": 1e9}
+
+
 def _positive(name: str, key: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise UserError(f"device {name!r}: {key} must be a number > 0, got {value!r}")
+    hi = MAX_FIGURE[key.split(".")[0]]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 < value <= hi:
+        raise UserError(f"device {name!r}: {key} must be a number > 0 and <= {hi:g}, got {shown(value)}")
     return float(value)
 
 
@@ -106,12 +113,13 @@ def load_catalog(user_file: str | None = None) -> dict[str, Device]:
 
 def parse_devices(spec: str, n_clients: int, catalog: Mapping[str, Device], seed: int) -> list[str]:
     """The device class of every client: ``a:6,b:3`` (shares) or ``a,b,a`` (per client, cycled)."""
+    shown = repr(str(spec) if len(str(spec)) <= 60 else str(spec)[:57] + "...")
     items = [s.strip() for s in str(spec).split(",") if s.strip()]
     if not items:
-        raise UserError(f"malformed --devices {spec!r}: expected e.g. phone:6,laptop:3,workstation:1")
+        raise UserError(f"malformed --devices {shown}: expected e.g. phone:6,laptop:3,workstation:1")
     shares = [":" in s for s in items]
     if any(shares) and not all(shares):
-        raise UserError(f"malformed --devices {spec!r}: give shares for every class (phone:6,laptop:3) or a "
+        raise UserError(f"malformed --devices {shown}: give shares for every class (phone:6,laptop:3) or a "
                         f"per-client list (phone,laptop,phone), not both")
     names = [s.split(":", 1)[0].strip() for s in items]
     unknown = [n for n in names if n not in catalog]
@@ -121,13 +129,13 @@ def parse_devices(spec: str, n_clients: int, catalog: Mapping[str, Device], seed
     if not all(shares):
         return [names[i % len(names)] for i in range(n_clients)]
     if len(set(names)) != len(names):
-        raise UserError(f"malformed --devices {spec!r}: a device class is named twice")
+        raise UserError(f"malformed --devices {shown}: a device class is named twice")
     try:
-        fr = [Fraction(s.split(":", 1)[1].strip()) for s in items]
-    except (ValueError, ZeroDivisionError):
-        raise UserError(f"malformed --devices {spec!r}: shares must be numbers, e.g. phone:6,laptop:3") from None
+        fr = [exact_number(s.split(":", 1)[1]) for s in items]
+    except ValueError as e:
+        raise UserError(f"malformed --devices {shown}: shares must be numbers, e.g. phone:6,laptop:3 ({e})") from None
     if any(f < 0 for f in fr) or sum(fr) <= 0:
-        raise UserError(f"malformed --devices {spec!r}: shares must be >= 0 with a positive sum")
+        raise UserError(f"malformed --devices {shown}: shares must be >= 0 with a positive sum")
     counts = largest_remainder(n_clients, fr)
     per_client = np.repeat(np.arange(len(names)), counts)
     order = np.random.default_rng([seed, 11]).permutation(per_client)

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 
 from fedbench.errors import UserError
+from fedbench.runners.budget.plan_checks import check_options
 from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.runners.budget.allocation import Planner, ProbeSetup, ladder
 from fedbench.runners.budget.devices import Device, client_seconds, load_catalog
@@ -86,7 +87,7 @@ def plan_rows(model: str | None, model_config: str | None, methods: list[str], d
     from fedbench.methods import METHODS
     from fedbench.methods.paper_defaults import paper_defaults
 
-    shape = shape_of(model, model_config, n_classes)
+    shape = shape_of(model, model_config, n_classes, seq_len)
     settings = step_settings(batch_size, optimizer)
     batch = shape.batch(batch_size, seq_len)
     rows: list[Row] = []
@@ -96,7 +97,7 @@ def plan_rows(model: str | None, model_config: str | None, methods: list[str], d
             progress(f"[{i}/{len(methods)}] {methods[i - 1]}: {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
         cls = METHODS.get(key)
-        if shape.task.kind not in cls.task_kinds or cls.needs_archs:
+        if shape.task.kind not in cls.task_kinds or cls.needs_archs or cls.needs_parts:
             if explicit:  # asked for by name: say why it has no row of figures
                 rows += [Row(key, d, False, f"{key} does not train a {shape.task.kind} model of one architecture")
                          for d in devices]
@@ -153,6 +154,7 @@ def render(rows: list[Row], source: str, devices: dict[str, Device], args) -> st
 def cmd_plan(args) -> int:
     from fedbench.methods import METHODS
 
+    check_options(args)  # every count within what a model can hold, a device named
     catalog = load_catalog(args.device_catalog)
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
     unknown = [n for n in names if n not in catalog]
@@ -161,12 +163,6 @@ def cmd_plan(args) -> int:
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(METHODS.keys())
     for m in methods:
         METHODS.get(m)  # unknown keys: one line with "did you mean"
-    for flag, v in (("--batch-size", args.batch_size), ("--seq-len", args.seq_len), ("--steps", args.steps),
-                    ("--lora-r", args.lora_r), ("--n-classes", args.n_classes)):
-        if v < 1:
-            raise UserError(f"{flag} must be >= 1, got {v}")
-    if not 0 <= args.lora_dropout < 1:
-        raise UserError(f"--lora-dropout must be in [0, 1), got {args.lora_dropout}")
     devices = {n: catalog[n] for n in names}
     rows, source = plan_rows(args.model, args.model_config, methods, devices, args.batch_size, args.seq_len,
                              args.steps, args.optimizer, args.lora_r, args.lora_targets, args.lora_dropout, args.precision,

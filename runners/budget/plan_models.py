@@ -15,14 +15,15 @@ LM's next-token loss on the whole sequence.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from fedbench.errors import UserError
+from fedbench.errors import UserError, user_failure
+from fedbench.infiles import read_json
+from fedbench.runners.budget.plan_checks import check_model_config
 from fedbench.tasks.base import ModelBundle, init_like
 from fedbench.runners.budget.shapes import SHAPES
 from fedbench.tasks.models import ENCODER_FAMILIES, LM_FAMILIES, EncoderClassifier, family_layout
@@ -32,23 +33,23 @@ VISION_LAYOUT = ("vit.layers", {"qv": ["attention.q_proj", "attention.v_proj"],
                                 "proj_fc2": ["attention.o_proj", "mlp.fc2"]})
 
 
+#: the largest --model-config read (a transformers config.json is a few KB)
+MODEL_CONFIG_BYTES = 2**20
+
+
 def load_config(name: str | None, path: str | None):
     """(transformers config, its description) of a named shape or a config.json file."""
     from transformers import AutoConfig
 
     if path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot read --model-config {path}: {e}") from None
+        d = read_json(path, "--model-config", limit=MODEL_CONFIG_BYTES)  # a regular file, bounded
         if not isinstance(d, dict) or "model_type" not in d:
             raise UserError(f"--model-config {path} is not a transformers config.json (no model_type)")
         kw = {k: v for k, v in d.items() if k != "model_type"}
         try:
             return AutoConfig.for_model(d["model_type"], **kw), f"{path} ({d['model_type']})"
-        except ValueError as e:
-            raise UserError(f"--model-config {path}: {str(e).splitlines()[0]}") from None
+        except Exception as e:  # noqa: BLE001 -- transformers' validation errors are of several kinds
+            raise UserError(f"--model-config {path}: {user_failure(e)}") from None
     if name not in SHAPES:
         raise UserError(f"unknown model shape {name!r} (known: {', '.join(SHAPES)}; or give --model-config PATH)")
     model_type, kw, source = SHAPES[name]
@@ -134,8 +135,12 @@ class Shape:
                 "y": torch.zeros(batch_size, dtype=torch.long, device=m)}
 
 
-def shape_of(name: str | None, path: str | None, n_classes: int) -> Shape:
+def shape_of(name: str | None, path: str | None, n_classes: int, seq_len: int | None = None) -> Shape:
+    """The shape of the named model or ``--model-config``, checked (:mod:`.plan_checks`) at
+    ``seq_len`` tokens (None: positions not checked)."""
     cfg, source = load_config(name, path)
+    check_model_config(cfg, f"--model-config {path}" if path else f"model {name}", seq_len or 1,
+                       text=cfg.model_type != "vit")
     if cfg.model_type in ENCODER_FAMILIES:
         task: ShapeTask = EncoderShape()
     elif cfg.model_type == "vit":

@@ -9,7 +9,9 @@ Bad input (unknown method/task/setting, malformed --roc, unknown --set keys, a v
 of range, an unwritable --out, an invalid sweep preset, ...) ends with a one-line
 ``fedbench: error: ...`` and exit status 2, never a traceback, and before anything is
 trained: every config is validated (``runners/core/config.py: validate_run``) and the output
-directory created and checked first.
+directory created and checked first. Any other failure is one line too, with exit status 1
+and the traceback in a file that line names (:mod:`~fedbench.runners.outputs.failures`):
+beside the record for a run's failure, in the temp folder otherwise.
 """
 
 from __future__ import annotations
@@ -248,6 +250,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fedbench: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 -- the one top-level handler: one line, the traceback in a file
+        from fedbench.runners.outputs.failures import AfterRecord, crash_file, describe
+
+        line = str(e) if isinstance(e, AfterRecord) else describe(e, crash_file(e), beside=False)
+        print(f"fedbench: error: {line}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-from fedbench.errors import UserError
+from fedbench.errors import UserError, user_failure
+from fedbench.outfiles import check_output
 from fedbench.runners.outputs.callbacks import Callback
 from fedbench.runners.cli.launch import execute, summary_line
 from fedbench.runners.cli.preflight import gather_configs
@@ -18,7 +19,9 @@ from fedbench.runners.outputs.tracking import trackers_for
 
 
 def load_callback(ref: str) -> Callback:
-    """``module:Class`` -> an instance of that :class:`Callback` subclass (no arguments)."""
+    """``module:Class`` -> an instance of that :class:`Callback` subclass (no arguments). User
+    code that fails (any exception, or ``sys.exit``, reported and not obeyed) at import or in
+    ``__init__`` is one line naming the callback (exit 2), before anything trains."""
     mod_name, _, cls_name = ref.partition(":")
     if not mod_name or not cls_name:
         raise UserError(f"bad --callback {ref!r}: expected MODULE:CLASS, e.g. mypkg.logging:Logger")
@@ -28,9 +31,14 @@ def load_callback(ref: str) -> Callback:
         raise UserError(f"--callback {ref}: cannot import {mod_name!r} ({e})") from None
     except AttributeError:
         raise UserError(f"--callback {ref}: module {mod_name!r} has no {cls_name!r}") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 -- user code: reported, never obeyed
+        raise UserError(f"--callback {ref}: importing {mod_name!r} failed: {user_failure(e)}") from None
     if not (isinstance(obj, type) and issubclass(obj, Callback)):
         raise UserError(f"--callback {ref}: {cls_name} is not a fedbench Callback subclass")
-    return obj()
+    try:
+        return obj()
+    except (Exception, SystemExit) as e:  # noqa: BLE001
+        raise UserError(f"--callback {ref}: {cls_name}() failed: {user_failure(e)}") from None
 
 
 def exit_status(rec: dict) -> int:
@@ -38,7 +46,7 @@ def exit_status(rec: dict) -> int:
 
 
 def cmd_run(args) -> int:
-    from fedbench.records import is_finished, prepare_out_dir
+    from fedbench.records import RecordError, prepare_out_dir, read_record_status
     from fedbench.runners.core.spec import build_spec
 
     run, method_cfg, task_cfg = gather_configs(args)
@@ -46,7 +54,13 @@ def cmd_run(args) -> int:
     callbacks = [load_callback(ref) for ref in args.callback]
     prepare_out_dir(spec.run.out)
     path = spec.record_path()
-    if is_finished(path) and not args.force:
+    check_output(path, spec.run.out)  # a folder, FIFO or link out where the record goes: one line, exit 2
+    try:
+        done = not args.force and read_record_status(path) == "ok"
+    except RecordError as e:  # corrupt, another run's, or edited: not trusted, so run again
+        print(f"fedbench: warning: record {e}; running it again", file=sys.stderr)
+        done = False
+    if done:
         print(f"{spec.method} on {spec.task}: done already ({path}); --force runs it again")
         return 0
     rec, path = execute(spec, not args.no_progress, callbacks)
@@ -63,6 +77,8 @@ def cmd_sweep(args) -> int:
     runs = sweep.select(sweep.load_sweep(args.preset, out=args.out), args.only)
     for out in dict.fromkeys(r.spec.run.out for r in runs):
         prepare_out_dir(out, create=not args.dry_run)
+    for r in runs:  # a folder, FIFO or link out where a record goes: found before the first run
+        check_output(r.spec.record_path(), r.spec.run.out)
     for names in dict.fromkeys(tuple(r.spec.run.log) for r in runs):
         trackers_for(names)  # a tracker's missing package stops the sweep before its first run
     warn = lambda line: print(f"fedbench: warning: {line}", file=sys.stderr)  # noqa: E731

@@ -12,6 +12,10 @@ import os
 import sys
 from pathlib import Path
 
+from fedbench.errors import UserError
+from fedbench.infiles import read_json
+from fedbench.outfiles import OutputError, write_text
+
 
 def _list_sources() -> list[Path]:
     """The source files whose code can change what ``fedbench list`` prints."""
@@ -57,8 +61,8 @@ def _list_entries() -> dict:
     path = _list_cache_path()
     if path is not None:
         try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
+            return read_json(path, "list cache")  # bounded: a regular file of at most 8 MiB
+        except UserError:  # missing or unreadable: built again below
             pass
     from fedbench.config import field_specs
     from fedbench.configs import RunConfig
@@ -73,11 +77,8 @@ def _list_entries() -> dict:
     entries["run"] = [["run", "fields of every run", [], fields(RunConfig)]]
     if path is not None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(entries))
-            os.replace(tmp, path)
-        except OSError:
+            write_text(path, json.dumps(entries))  # the one safe writer
+        except (OSError, OutputError):  # a cache: not writing it costs time only
             pass
     return entries
 

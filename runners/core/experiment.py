@@ -27,10 +27,11 @@ import torch
 
 from fedbench import records
 from fedbench.errors import UserError
-from fedbench.runners.outputs import checkpoint
+from fedbench.outfiles import check_output
+from fedbench.runners.outputs import checkpoint, failures
 from fedbench.runners.executors import ray_executor  # noqa: F401 - registers the "ray" executor (imports ray only when used)
 from fedbench.runners.executors import packed  # noqa: F401 - registers the "packed" executor
-from fedbench.runners.outputs.callbacks import Callback, DivergenceGuard
+from fedbench.runners.outputs.callbacks import Callback, DeadlineGuard, DivergenceGuard
 from fedbench.runners.core.environment import resolve_device, resolve_threads
 from fedbench.runners.core.evaluation import Evaluator
 from fedbench.runners.executors.executor import EXECUTORS, Executor
@@ -174,6 +175,7 @@ class Experiment:
         status, error, executor, resume = "ok", None, None, None
         ckpt = checkpoint.checkpoint_path(self.record_path())
         try:
+            check_output(self.record_path(), spec.run.out)  # where the record goes, before training (exit 2)
             self.setup()
             executor = self.make_executor()
             m = self.worker.method
@@ -212,9 +214,9 @@ class Experiment:
             if executor is None:  # bad input found while setting up: one line, exit 2, no record
                 raise
             status, error = "failed", str(e)  # bad data found while training (e.g. an unreadable image)
-        except Exception as e:  # noqa: BLE001 - any failure still leaves a record
-            log.exception("run failed")
-            status, error = "failed", f"{type(e).__name__}: {e}"
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure leaves a record; user code's sys.exit is not obeyed
+            tb = failures.write_traceback(e, failures.traceback_path(self.record_path()), spec.run.out)
+            status, error = "failed", failures.describe(e, tb)
         finally:
             guard.hold()  # from here on a signal cannot interrupt writing the record
             counts = executor.meter_counts() if executor is not None else (0, 0)
@@ -231,13 +233,28 @@ class Experiment:
         path = self.write(rec)
         if status == "ok" and not spec.run.keep_checkpoints:
             checkpoint.remove(ckpt)
-        for cb in self.user_callbacks:
-            cb.on_run_end(rec)
+        self.run_end(rec, path)
         return rec, path
+
+    def run_end(self, rec: dict, path: Path) -> None:
+        """The user callbacks' ``on_run_end``; one that fails (or calls ``sys.exit``) leaves
+        the written record as it is and ends the command with one line (AfterRecord)."""
+        problems = []
+        for cb in self.user_callbacks:
+            try:
+                cb.on_run_end(rec)
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - user code: reported, not obeyed
+                tb = failures.write_traceback(e, failures.traceback_path(path), self.spec.run.out)
+                problems.append(f"{type(cb).__name__}.on_run_end failed after the {rec['status']} record {path} "
+                                f"was written: {failures.describe(e, tb, beside=False)}")
+        if problems:
+            raise failures.AfterRecord(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
 
     def make_loop(self, executor: Executor, ckpt: Path) -> Loop:
         r = self.spec.run
         callbacks: list[Callback] = [DivergenceGuard(r.divergence_factor)]
+        if r.deadline is not None:
+            callbacks.append(DeadlineGuard(r.rounds, r.deadline))
         if r.checkpoint_every:
             callbacks.append(checkpoint.Checkpointer(ckpt, r.checkpoint_every, r.rounds, self.spec.run_id, self.store,
                                                      self.sync_state))
@@ -284,7 +301,7 @@ def write_run_record(spec: RunSpec, rec: dict) -> Path:
         log.warning("run %s ended %s; its finished record is kept and this one is written to %s",
                     spec.run_id, rec["status"], path)
     try:
-        return records.write_record(rec, path)
+        return records.write_record(rec, path, spec.run.out)
     except OSError as e:
         raise UserError(f"cannot write the record {path}: {e.strerror or e}") from None
 

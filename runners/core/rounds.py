@@ -141,6 +141,9 @@ def run_round(loop: Loop, rnd: int, state: RunState) -> Stop | None:
                    sum(c.down_bytes + c.up_bytes for c in costs), placement)
     state.logs.append(log)
     stops = [cb.on_round_end(log, state) for cb in loop.callbacks]
+    for cb, s in zip(loop.callbacks, stops):
+        if s is not None and not isinstance(s, Stop):
+            raise TypeError(f"callback {type(cb).__name__}.on_round_end returned {type(s).__name__}, not a Stop or None")
     return next((s for s in stops if s is not None), None)
 
 

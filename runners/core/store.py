@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from fedbench.methods.base import tensor_bytes
+from fedbench.outfiles import write_with
 
 
 class ClientStore:
@@ -73,10 +74,7 @@ class ClientStore:
             self._mem_bytes -= tensor_bytes(old)
 
     def _write(self, client: int, tensors: dict[str, torch.Tensor]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self._path(client).with_suffix(".tmp")
-        torch.save(tensors, tmp)
-        os.replace(tmp, self._path(client))
+        write_with(self._path(client), lambda fh: torch.save(tensors, fh), self.root)
         self._on_disk.add(client)
         self._dirty.discard(client)
 

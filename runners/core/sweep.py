@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedbench.config import read_yaml
+from fedbench.infiles import read_yaml
 from fedbench.errors import UserError
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ PRESET_KEYS = {
 
 
 def load_preset(path: str | Path) -> dict:
-    """Read a preset file: a YAML mapping (read safely: :func:`~fedbench.config.read_yaml`)."""
+    """Read a preset file: a YAML mapping (read bounded and safely: :func:`~fedbench.infiles.read_yaml`)."""
     data = read_yaml(path, "sweep preset")
     if data is None:
         raise UserError(f"preset {path} is empty: it needs at least `task` and `methods`")
@@ -146,6 +147,8 @@ def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
     except UserError as e:
         raise UserError(f"preset {path}: {e}") from None
     specs, seen = [], {}
+    if len(runs) >= 1000:  # seconds per thousand runs: say so rather than look hung
+        print(f"fedbench: checking the {len(runs)} runs of {path} ...", file=sys.stderr, flush=True)
     for r in runs:
         if out:
             r["run"]["out"] = out

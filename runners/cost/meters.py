@@ -55,6 +55,29 @@ def count_flops() -> Iterator[FlopCounterMode]:
         yield fc
 
 
+#: the pack functions of the saved-tensor meters now tracking, innermost last. torch applies only
+#: the innermost ``saved_tensors_hooks`` pair, so a pair installed inside a meter (activation
+#: quantisation, :mod:`~fedbench.runners.executors.act_quant`) hands what it stores to
+#: :func:`outer_pack`: the meter counts the packed bytes
+_TRACKING: list[Callable] = []
+
+
+def outer_pack() -> Callable | None:
+    """The pack function of the innermost saved-tensor meter tracking now (None: none)."""
+    return _TRACKING[-1] if _TRACKING else None
+
+
+@contextlib.contextmanager
+def tracked(pack: Callable) -> Iterator[None]:
+    """``saved_tensors_hooks(pack, identity)``, with ``pack`` on the meters' stack."""
+    _TRACKING.append(pack)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+    finally:
+        _TRACKING.pop()
+
+
 class SavedTensorBytes:
     """Sum of bytes autograd saves for backward inside the context (params excluded).
 
@@ -84,7 +107,7 @@ class SavedTensorBytes:
 
     @contextlib.contextmanager
     def track(self) -> Iterator["SavedTensorBytes"]:
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+        with tracked(self._pack):
             yield self
 
 

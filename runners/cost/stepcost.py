@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fedbench.methods.base import ClientPlan, LocalPhase, MemoryAPI, Method
-from fedbench.runners.cost.meters import ClientCost, SavedTensorBytes, account_step, count_flops
+from fedbench.runners.cost.meters import ClientCost, SavedTensorBytes, account_step, count_flops, tracked
 from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.runners.executors.step import StepMeter
 from fedbench.runners.core.spec import TrainSettings
@@ -69,7 +69,7 @@ class MetaSavedBytes:
 
     @contextlib.contextmanager
     def track(self) -> Iterator["MetaSavedBytes"]:
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+        with tracked(self._pack):
             yield self
 
 
@@ -186,7 +186,8 @@ class StepAccountant(MemoryAPI):
         self.cache: dict[tuple, dict[str, int]] = {}
 
     def step_bytes(self, method, plan, trainable):
-        key = (type(method).__qualname__, plan.arch, plan.rank, plan.lora_alpha, plan.blocks, tuple(sorted(trainable)))
+        key = (type(method).__qualname__, plan.arch, plan.rank, plan.lora_alpha, plan.blocks, tuple(sorted(trainable)),
+               tuple(sorted(method.quantised_activations(plan).items())))
         if key not in self.cache:
             fig = measure_step(self.am, self.task, method, plan, self.batch, self.settings,
                                LocalPhase("train", tuple(trainable)))

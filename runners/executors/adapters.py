@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import re
 import warnings
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -233,6 +233,10 @@ class AdapterModel:
         finally:
             setattr(parent, attr, full)
 
+    def physical_blocks(self) -> dict[int, nn.Module]:
+        """{j: block j of the full model}, also while :meth:`subset_blocks` swaps the container."""
+        return dict(enumerate(self._blocks))
+
     def n_params_bytes(self) -> int:
         """Bytes of the parameters a client's model holds: every parameter reachable from
         the model (after subsetting) except the LoRA of other adapters than the active one
@@ -246,16 +250,20 @@ class AdapterModel:
 
 def method_context(am: AdapterModel, profiles: Mapping[int, ClientProfile], rounds: int = 0, task: Any = None,
                    n_classes: int | None = None, data_info: Mapping[str, Any] | None = None,
-                   server: ServerAPI | None = None, memory: MemoryAPI | None = None) -> MethodContext:
+                   server: ServerAPI | None = None, memory: MemoryAPI | None = None,
+                   archs: Sequence[str] = (), build_model: Callable[[str | None], ModelBundle] | None = None
+                   ) -> MethodContext:
     """What a method may know (:class:`~fedbench.methods.plans.MethodContext`) of ``am``'s model
     (depth, adapter and head tensors, block bytes, the method's extra modules attached so far,
     the declared parts, LoRA rank and alpha), the task (its kind and head initialisation;
     None: a classification model without a task), the federation and the runner's tools
-    (``server``, ``memory``): the one builder, used by
-    the worker, the planner and the method tests."""
+    (``server``, ``memory``), the task's architectures (``archs``) and ``build_model(arch)`` (a fresh
+    model at the data's shape; None: no data): the one builder, used by the worker, the planner and
+    the method tests."""
     return MethodContext(
         n_layers=am.bundle.n_layers, layer_keys=am.layer_keys, head_keys=am.head_keys, profiles=dict(profiles),
         lora_r=am.r, lora_alpha=am.alpha, task_kind="classification" if task is None else task.kind, server=server,
         block_bytes=am.block_bytes, rounds=rounds, extra_keys=list(am.extra_keys),
         init_head=None if task is None else task.init_head, n_classes=n_classes, data_info=dict(data_info or {}),
-        parts=am.bundle.parts, part_keys=am.part_keys, memory=memory)
+        parts=am.bundle.parts, part_keys=am.part_keys, memory=memory,
+        archs=tuple(archs), build_model=build_model)

@@ -151,7 +151,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise UserError(f"cannot join the Ray cluster at {address}: {(str(e).splitlines() or [''])[0]}") from None
     else:
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **kw)
+        try:
+            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **kw)
+        except Exception as e:  # noqa: BLE001 -- a start-up that times out or fails: one line, the cause kept
+            raise RuntimeError(f"Ray could not start a local instance: {(str(e).strip().splitlines() or [''])[0]}") \
+                from e
     return True
 
 

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from fedbench.records import fsync_replace
+from fedbench.outfiles import write_bytes
 
 #: environment variable naming a node's scratch folder for the runs it executes
 SCRATCH_ENV = "FEDBENCH_SCRATCH"
@@ -46,20 +46,11 @@ def _under(root: Path, rel: str) -> Path:
 
 def write_files(root: str | os.PathLike, files: dict[str, bytes]) -> None:
     """Write ``files`` (path relative to ``root`` -> bytes) under ``root``, in the given
-    order, each atomically: a hidden temp file beside it, fsync, rename."""
+    order, each atomically through :func:`fedbench.outfiles.write_bytes` (a device, FIFO or
+    symlink out of ``root`` in the way is refused)."""
     root = Path(root)
     for rel, data in files.items():
-        path = _under(root, rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, 0o644)
-            fsync_replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_bytes(_under(root, rel), data, root)  # the one safe writer: nothing outside root
 
 
 def remove_paths(root: str | os.PathLike, rels: list[str]) -> None:

@@ -26,6 +26,7 @@ from fedbench.methods.base import ClientPlan, LocalPhase, Method
 from fedbench.runners.cost.meters import ClientCost, Stopwatch, account_step
 from fedbench.runners.core.spec import TrainSettings
 from fedbench.runners.cost.parts import StepProbe, compose, measure_parts
+from fedbench.runners.executors.act_quant import quantised_blocks
 from fedbench.runners.executors.adapters import DEFAULT_ADAPTER, AdapterModel
 from fedbench.runners.executors.step import (KeptEntries, Lane, StepMeter, active_peak_bytes, reset_peak, rows,
                                              run_steps)
@@ -163,13 +164,15 @@ def train_steps(am: AdapterModel, task: Task, method: Method, plan: ClientPlan, 
     one lane of :func:`~fedbench.runners.executors.step.run_steps` whose loss is the
     method's ``client_loss``, with a fresh optimizer over the phase's tensors at the
     phase's learning rates (:func:`phase_optimizer`), holding the entries the phase does not
-    train (``LocalPhase.trained_slices``); ``meter`` measures its first step. Returns its losses."""
+    train (``LocalPhase.trained_slices``) and storing quantised the activations of the blocks the
+    method names (``Method.quantised_activations``); ``meter`` measures its first step. Returns its losses."""
     params = am.set_trainable(phase.trainable, am.active)
     lane = Lane(plan, params, phase_optimizer(params, phase, settings), batches, cost, settings.grad_clip, on_step,
                 kept=KeptEntries(phase, dict(zip(phase.trainable, params))) if phase.trained_slices else None)
     hidden = {} if hidden is None else hidden
-    run_steps([lane], lambda step: [method.client_loss(task, am.model, b, plan, hidden, phase.name) for _, b in step],
-              am.device, settings.precision, meter)
+    with quantised_blocks(am.physical_blocks(), method.quantised_activations(plan), list(am.model.parameters())):
+        run_steps([lane], lambda step: [method.client_loss(task, am.model, b, plan, hidden, phase.name) for _, b in step],
+                  am.device, settings.precision, meter)
     return lane.losses
 
 
@@ -216,6 +219,8 @@ class PartsMeter(StepMeter):
         present = sorted(plan.blocks) if plan.blocks is not None else list(range(len(self.blocks)))
         self.hidden_pos = tuple(present.index(j) for j in method.hidden_blocks(plan) if j in present)
         self.probe = StepProbe(self.blocks, shape_key[1])
+        bits = method.quantised_activations(plan)  # a block's state includes how it stores its activations
+        self.bits = tuple(bits.get(j) for j in present)
 
     def forward(self):
         return self.probe.track()
@@ -226,6 +231,8 @@ class PartsMeter(StepMeter):
         rest_trainable = tuple(sorted(k for k in self.phase.trainable if not k.startswith(prefix)))
         base = self.shape_key + (self.phase.name, _shape(batch), self.precision)
         keys = self.probe.keys(base, rest_trainable, self.hidden_pos)
+        keys = {part: key + (("act_bits", self.bits[part]),) if part in range(len(self.bits)) else key
+                for part, key in keys.items()}
         figures = compose(cache.figures, keys)
         if figures is None:
             cache.measured += 1

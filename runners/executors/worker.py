@@ -12,6 +12,7 @@ the same result anywhere, because every random draw of a job comes from the job'
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -76,6 +77,8 @@ class ModelPool:
         #: ``extras(head)``: the method's extra modules (``Method.extra_modules``), attached
         #: to every model the pool builds; set by the builder before the method exists
         self.extras: Callable[[torch.nn.Module | None], dict] | None = None
+        #: ``patch(model)``: the method's ``Method.patch_model``, after the extra modules
+        self.patch: Callable[[torch.nn.Module], None] | None = None
         self._models: dict[str, AdapterModel] = {}
         self._fresh: dict[tuple[str, str], torch.Tensor] = {}
 
@@ -89,8 +92,9 @@ class ModelPool:
             raise UserError(f"unknown architecture {arch!r} (the task has: {', '.join(self.task.archs())})")
         return arch
 
-    def set_extras(self, extras: Callable[[torch.nn.Module | None], dict]) -> None:
-        self.extras = extras
+    def set_extras(self, extras: Callable[[torch.nn.Module | None], dict],
+                   patch: Callable[[torch.nn.Module], None] | None = None) -> None:
+        self.extras, self.patch = extras, patch
         for arch, am in self._models.items():
             self._attach(arch, am)
 
@@ -116,6 +120,8 @@ class ModelPool:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed_for(self.seed, "extra", arch))
             am.attach_extra(self.extras(head))
+            if self.patch is not None:
+                self.patch(am.model)
 
     def fresh(self, arch: str | None, keys: list[str]) -> dict[str, torch.Tensor]:
         """The initial values of ``keys`` in a newly built model of ``arch`` (a client's
@@ -159,9 +165,10 @@ class WorkerSpec:
         if pool is None:
             pool = ModelPool(self.task_cls(spec.task_config), data, spec.lora, spec.run.seed, torch.device(self.device))
         am = pool.get()  # the default architecture: global model, server tools, evaluation
-        ctx = method_context(am, profiles, spec.run.rounds, pool.task, data.n_classes, data.info, server, memory)
+        ctx = method_context(am, profiles, spec.run.rounds, pool.task, data.n_classes, data.info, server, memory,
+                             archs=pool.task.archs(), build_model=functools.partial(pool.task.build_model, data))
         cls, cfg = self.method_cls, spec.method_config
-        pool.set_extras(lambda head: cls.extra_modules(cfg, ctx, head))
+        pool.set_extras(lambda head: cls.extra_modules(cfg, ctx, head), lambda model: cls.patch_model(cfg, model))
         method = cls(cfg, dataclasses.replace(ctx, extra_keys=list(am.extra_keys)))  # a complete context
         return ClientWorker(pool, method, spec.train, spec.run.measure_flops)
 

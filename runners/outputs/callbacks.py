@@ -97,4 +97,19 @@ class DivergenceGuard(Callback):
         return None
 
 
-__all__ = ["Callback", "DivergenceGuard", "RoundLog", "Stop"]
+class DeadlineGuard(Callback):
+    """With ``--deadline``: a run whose deadline dropped every sampled client in every round
+    trained nothing; it ends ``failed`` at its last round saying so, instead of ``ok`` with
+    the untrained model's score."""
+
+    def __init__(self, rounds: int, deadline: float):
+        self.rounds, self.deadline = rounds, deadline
+
+    def on_round_end(self, log: RoundLog, state: RunState) -> Stop | None:
+        if log.round < self.rounds or any(set(l.sampled) - set(l.dropped) for l in state.logs):
+            return None
+        return Stop("failed", f"the deadline ({self.deadline:g} simulated s) dropped every client in every round: "
+                              f"nothing was trained (raise --deadline or give faster --devices)")
+
+
+__all__ = ["Callback", "DeadlineGuard", "DivergenceGuard", "RoundLog", "Stop"]

@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from fedbench.records import fsync_replace
+from fedbench.outfiles import check_output, write_with
 from fedbench.runners.outputs.callbacks import Callback
 from fedbench.runners.core.state import RoundLog, RunState
 from fedbench.runners.core.store import ClientStore
@@ -64,14 +64,8 @@ def save(path: Path, run_id: str, state: RunState, store: ClientStore) -> None:
     store.flush()  # the clients' private state: in the store's folder beside the record
     blob = {"version": VERSION, "run_id": run_id, "round": state.rounds_done, "state": state.state_dict(),
             "store_clients": store.clients()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".ckpt.tmp")
-    try:
-        torch.save(blob, tmp)
-        fsync_replace(tmp, path)
-    except BaseException:  # a full disk: the previous checkpoint stays as it was
-        tmp.unlink(missing_ok=True)
-        raise
+    # the one safe writer: atomic (a full disk leaves the previous checkpoint as it was)
+    write_with(path, lambda fh: torch.save(blob, fh), path.parent)
 
 
 def read(path: Path, run_id: str, device: torch.device) -> tuple[RunState, list[int]] | None:
@@ -107,7 +101,7 @@ def restore(path: Path, run_id: str, store: ClientStore, device: torch.device) -
         store.adopt(clients)
     except Exception as e:  # noqa: BLE001 -- weights_only runs no code, so whatever bytes raise is unreadable
         # (random bytes raise IndexError, UnicodeDecodeError, OverflowError, ... from the unpickler)
-        aside = path.with_suffix(".ckpt.corrupt")
+        aside = check_output(path.with_suffix(".ckpt.corrupt"), path.parent)  # never over a device or a link out
         os.replace(path, aside)
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         log.warning("checkpoint %s cannot be read (%s): moved aside to %s; the run starts again from round 0",

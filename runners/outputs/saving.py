@@ -25,7 +25,6 @@ leaves no half-written file under the final name.
 
 from __future__ import annotations
 
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Mapping
 import torch
 
 from fedbench.methods.base import ClientPlan, Method
+from fedbench.outfiles import check_output, new_temp_dir, replace_dir, write_bytes
 from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.runners.core.spec import LoraSettings
 from fedbench.runners.core.store import ClientStore
@@ -73,18 +73,12 @@ def peft_adapter(model: torch.nn.Module, lora: LoraSettings, targets: list[str],
     return peft_model
 
 
-def _replace(tmp: Path, final: Path) -> None:
-    if final.is_dir():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+def save_tensors(tensors: Mapping[str, torch.Tensor], path: Path, root: Path | None = None) -> None:
+    """``tensors`` as a safetensors file at ``path`` (inside ``root``), through the one safe writer."""
+    from safetensors.torch import save
 
-
-def save_tensors(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save_file
-
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: t.detach().cpu().contiguous() for k, t in tensors.items()}, str(tmp))
-    _replace(tmp, path)
+    data = save({k: t.detach().cpu().contiguous() for k, t in tensors.items()})
+    write_bytes(path, data, root)
 
 
 def save_model(record_path: Path, pool: ModelPool, method: Method, tensors: Mapping[str, torch.Tensor],
@@ -94,29 +88,37 @@ def save_model(record_path: Path, pool: ModelPool, method: Method, tensors: Mapp
     ``run.saved_model`` (paths relative to the record's folder, None where nothing was written)."""
     folder, stem = record_path.parent, record_path.stem
     am: AdapterModel = pool.get()
-    targets = [n for j in sorted(am.layer_modules) for n in am.layer_modules[j]]
-    lora_keys = {k for keys in am.layer_keys.values() for k in keys} if targets else set()
+    every_key = {k for keys in am.layer_keys.values() for k in keys}
+    lora_of = {n: {k for k in every_key if k.startswith(n + ".")}
+               for j in sorted(am.layer_modules) for n in am.layer_modules[j]}
+    # a module goes in the adapter only with all its LoRA factors global (FedSA-LoRA keeps B private:
+    # its A factors go to the global file, each client's B to its private file)
+    targets = [n for n, keys in lora_of.items() if keys and keys <= tensors.keys()]
+    lora_keys = set().union(*(lora_of[n] for n in targets)) if targets else set()
     adapter, rest = split_global(tensors, lora_keys, set(am.head_keys) if targets else set())
     pretrained = am.read(am.base_keys(rest))  # the pool's model holds the pretrained base weights
     rest = {k: t for k, t in rest.items() if k not in pretrained or not torch.equal(t.cpu(), pretrained[k].cpu())}
     out: dict = {"adapter": None, "global": None, "private": None}
     if adapter:
         final = folder / f"{stem}.adapter"
-        tmp = folder / f"{stem}.adapter.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
         with torch.random.fork_rng(devices=[]):
             base = pool.task.build_model(pool.data, None).model.cpu()
-        peft_model = peft_adapter(base, lora, targets, am.bundle.head_modules, adapter)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            peft_model.save_pretrained(str(tmp))
-        _replace(tmp, final)
+        heads = [h for h in am.bundle.head_modules if any(k.startswith(h + ".") for k in adapter)]  # a private head
+        peft_model = peft_adapter(base, lora, targets, heads, adapter)  # (FedSA-LoRA's) stays out of the adapter
+        tmp = new_temp_dir(final, folder)  # checked first: a file or link named like the folder is refused
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                peft_model.save_pretrained(str(tmp))
+            replace_dir(tmp, final, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when it was moved into place
         out["adapter"] = final.name
     if rest:
-        save_tensors(rest, folder / f"{stem}.global.safetensors")
+        save_tensors(rest, folder / f"{stem}.global.safetensors", folder)
         out["global"] = f"{stem}.global.safetensors"
     if method.evaluation == "local":
-        (folder / f"{stem}.private").mkdir(exist_ok=True)
+        check_output(folder / f"{stem}.private", folder, kind="dir")
         out["private"] = {}
         for c in range(n_clients):
             arch = method.client_arch(c)
@@ -124,7 +126,7 @@ def save_model(record_path: Path, pool: ModelPool, method: Method, tensors: Mapp
             if private is None:
                 private = pool.fresh(arch, method.private_keys(ClientPlan(c, 0, (), arch=arch)))
             name = f"{stem}.private/client_{c}.safetensors"
-            save_tensors(private, folder / name)
+            save_tensors(private, folder / name, folder)
             out["private"][str(c)] = name
     return out
 

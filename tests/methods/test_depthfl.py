@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from fedbench.methods import METHODS
-from fedbench.methods.base import ClientUpdate, MethodState
+from fedbench.methods.base import ClientUpdate
 from fedbench.methods.depth_hetero import DepthFL, DepthFLConfig, depthfl_loss, exit_blocks, kd_weight
 from fedbench.runners.core.evaluation import Evaluator
 from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.base import ArrayDataset, ClassificationTask, TaskConfig
+from helpers import method_setup, plain_state
 
 
 class _Task(ClassificationTask):
@@ -26,14 +27,9 @@ class _Task(ClassificationTask):
         return model(batch["x"])
 
 
-def _setup(tiny_am, ctx_for, n_blocks, budgets, **kw):
-    am = tiny_am(n_blocks=n_blocks)
-    ctx = ctx_for(am, [(t, d, 4) for t, d in enumerate(budgets)], rounds=4)
-    ctx.extra_keys = am.attach_extra(DepthFL.extra_modules(DepthFLConfig(**kw), ctx, am.model.head))
-    m = DepthFL(DepthFLConfig(**kw), ctx)
-    state = MethodState(am.read(am.all_keys))
-    plans = m.plan(2, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return am, m, state, plans
+def _setup(n_blocks, budgets, **kw):
+    return method_setup(DepthFL, [(t, d, 4) for t, d in enumerate(budgets)], DepthFLConfig(**kw), rounds=4,
+                        extras=True, state=plain_state, plan_round=2, n_blocks=n_blocks)
 
 
 def _hand_loss(logits, y, w):
@@ -49,9 +45,9 @@ def _hand_loss(logits, y, w):
     return total
 
 
-def test_classifier_positions_and_plans(tiny_am, ctx_for):
+def test_classifier_positions_and_plans():
     assert METHODS.get("depthfl") is DepthFL
-    am, m, state, plans = _setup(tiny_am, ctx_for, 12, [2, 6, 7, 12])
+    am, m, state, plans = _setup(12, [2, 6, 7, 12])
     assert m.exits == [2, 5, 8, 11]  # after blocks 3, 6, 9, 12 (1-based)
     assert plans[0].skip  # a budget of 2 blocks holds no classifier
     assert plans[1].blocks == tuple(range(6)) and plans[1].extra["exits"] == [0, 1] and not plans[1].train_head
@@ -77,8 +73,8 @@ def test_loss_formula_against_hand_computation():
     assert depthfl_loss(logits[:1], y, 1.0).item() == pytest.approx(_hand_loss(logits[:1], y, 0.0), rel=1e-5)
 
 
-def test_client_loss_on_a_tiny_model(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [3, 6], group_size=3)
+def test_client_loss_on_a_tiny_model():
+    am, m, state, plans = _setup(6, [3, 6], group_size=3)
     task, x, y = _Task(), torch.randn(8, 4), torch.randint(0, 3, (8,))
     batch = {"x": x, "y": y}
     full = plans[1]
@@ -97,8 +93,8 @@ def test_client_loss_on_a_tiny_model(tiny_am, ctx_for):
     assert loss.item() == pytest.approx(_hand_loss([exit0], y.numpy(), 0.0), rel=1e-5)
 
 
-def test_owner_averaging_of_the_classifiers(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [3, 6], group_size=3)
+def test_owner_averaging_of_the_classifiers():
+    am, m, state, plans = _setup(6, [3, 6], group_size=3)
     ups = []
     for c, n, v in [(0, 1, 1.0), (1, 3, 5.0)]:
         ups.append(ClientUpdate(c, {k: torch.full_like(state.tensors[k], v) for k in m.upload_keys(plans[c])}, n, plans[c]))
@@ -108,8 +104,8 @@ def test_owner_averaging_of_the_classifiers(tiny_am, ctx_for):
     assert torch.allclose(new["blocks.4.fc.lora_A.weight"], torch.full((4, 4), 5.0))
 
 
-def test_evaluation_records_ensemble_and_last_head(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, 6, [6], group_size=3)
+def test_evaluation_records_ensemble_and_last_head():
+    am, m, state, plans = _setup(6, [6], group_size=3)
     task = _Task()
     x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
     fed = SimpleNamespace(test=ArrayDataset({"x": x, "y": y}), test_domains=None)
@@ -136,16 +132,16 @@ def test_exit_heads_initialised_like_the_task_head_and_depthfl_beats_chance(tmp_
     from smoke import SMALL_TASK_CONFIGS
 
     cfg = dict(SMALL_TASK_CONFIGS["tiny_vision"], n_train_per_domain=64)
-    exp = Experiment("depthfl", "tiny_vision", dict(rounds=8, clients=4, per_round=4, roc="1:1:1", seed=0,
-                                                    out=str(tmp_path)), task_config=cfg)
+    run = dict(rounds=8, clients=4, per_round=4, roc="1:1:1", seed=0, out=str(tmp_path),
+               measure_flops=False)  # a learning check: the FLOP meter is not what it tests
+    exp = Experiment("depthfl", "tiny_vision", run, task_config=cfg)
     exp.setup()
     head_std = float(exp.am.model.head.weight.std())
     for k in range(len(exp.method.exits) - 1):
         w = exp.am.model.get_submodule(f"fedbench_extra.exit{k}").weight
         assert float(w.std()) == pytest.approx(head_std, rel=0.25)  # timm ViT head: trunc-normal std 0.02
         assert torch.count_nonzero(exp.am.model.get_submodule(f"fedbench_extra.exit{k}").bias) == 0
-    rec, _ = Experiment("depthfl", "tiny_vision", dict(rounds=8, clients=4, per_round=4, roc="1:1:1", seed=0,
-                                                        out=str(tmp_path)), task_config=cfg).run()
+    rec, _ = Experiment("depthfl", "tiny_vision", run, task_config=cfg).run()
     assert rec["status"] == "ok", rec["error"]
     assert rec["run"]["method_layout"]["exits_after_blocks"] == exp.method.layout()["exits_after_blocks"]
     chance = 1.0 / exp.data.n_classes

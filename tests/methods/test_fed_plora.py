@@ -1,7 +1,6 @@
 """Fed-PLoRA: Select-N-Fold (the fold is exact), per-module averaging over trainers,
 traffic, and FedIT reproduced bit for bit when every client has the full rank."""
 
-import numpy as np
 import torch
 
 from fedbench.methods import METHODS
@@ -11,36 +10,36 @@ from fedbench.methods.rank_hetero import base_key
 from fedbench.runners.core.experiment import Experiment
 from fedbench.runners.executors.train import adapter_for
 from smoke import SMALL_TASK_CONFIGS
+from helpers import method_setup
 
 M = "blocks.0.fc"
 A0, B0, W0 = M + ".lora_A.weight", M + ".lora_B.weight", M + ".base_layer.weight"
 ALPHA = 8.0  # R = 4: s = 8 / 4 = 2
 
 
-def _setup(tiny_am, ctx_for, ranks, budget="rank", layers=3):
-    am = tiny_am(r=4, alpha=ALPHA)
-    ctx = ctx_for(am, [(t, layers, r) for t, r in enumerate(ranks)])
-    m = FedPLoRA(FedPLoRAConfig(lora_r=4, lora_alpha=ALPHA, budget=budget), ctx)
-    state = m.init_state(am.read(am.all_keys + m.base_weights_needed()))
-    g = torch.Generator().manual_seed(1)
-    for mod in m.modules:  # a trained-looking global LoRA: non-zero, non-symmetric
-        state.tensors[mod + ".lora_A.weight"] = torch.randn(4, 4, generator=g)
-        state.tensors[mod + ".lora_B.weight"] = torch.randn(4, 4, generator=g)
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return am, m, state, plans
+def _setup(ranks, budget="rank", layers=3):
+    def trained_looking(m, state):  # a trained-looking global LoRA: non-zero, non-symmetric
+        g = torch.Generator().manual_seed(1)
+        for mod in m.modules:
+            state.tensors[mod + ".lora_A.weight"] = torch.randn(4, 4, generator=g)
+            state.tensors[mod + ".lora_B.weight"] = torch.randn(4, 4, generator=g)
+
+    return method_setup(FedPLoRA, [(t, layers, r) for t, r in enumerate(ranks)],
+                        FedPLoRAConfig(lora_r=4, lora_alpha=ALPHA, budget=budget), base=True,
+                        before_plan=trained_looking, r=4, alpha=ALPHA)
 
 
-def test_registered_and_plans_r_i_modules_with_the_global_scaling(tiny_am, ctx_for):
+def test_registered_and_plans_r_i_modules_with_the_global_scaling():
     assert METHODS.get("fed_plora") is FedPLoRA
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+    am, m, state, plans = _setup([1, 2, 4])
     assert [len(plans[c].extra[SLOTS]) for c in range(3)] == [1, 2, 4]
     assert plans[2].extra[SLOTS] == [0, 1, 2, 3] and plans[2].lora_alpha is None  # full rank: default adapter
     assert plans[1].lora_alpha == ALPHA * 2 / 4  # s = alpha r_i / r_i / R = alpha / R for every client
     assert all(p.train_layers == (0, 1, 2) for p in plans.values())
 
 
-def test_fold_is_the_unselected_modules_in_the_frozen_weight(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [2, 4])
+def test_fold_is_the_unselected_modules_in_the_frozen_weight():
+    am, m, state, plans = _setup([2, 4])
     plans[0].extra[SLOTS] = [1, 3]
     pay = m.client_payload(state, plans[0])
     a, b, w0 = state.tensors[A0], state.tensors[B0], state.tensors[W0]
@@ -51,10 +50,10 @@ def test_fold_is_the_unselected_modules_in_the_frozen_weight(tiny_am, ctx_for):
     assert base_key(M) not in m.client_payload(state, plans[1])  # full rank: nothing folded, W0 is its own
 
 
-def test_client_starts_exactly_at_the_global_model(tiny_am, ctx_for):
+def test_client_starts_exactly_at_the_global_model():
     """Loaded into the client's rank-2 peft adapter (alpha 8 * 2 / 4) over the folded
     weights, the client's forward is the global rank-4 model's."""
-    am, m, state, plans = _setup(tiny_am, ctx_for, [2, 4])
+    am, m, state, plans = _setup([2, 4])
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(2))
     am.load({k: v for k, v in state.tensors.items() if k not in m.base_weights_needed()})
     with torch.no_grad():
@@ -76,8 +75,8 @@ def _update(m, plan, n, value, head=0.0):
     return ClientUpdate(plan.client, t, n, plan)
 
 
-def test_each_module_is_averaged_over_the_clients_that_trained_it(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [2, 1, 4])
+def test_each_module_is_averaged_over_the_clients_that_trained_it():
+    am, m, state, plans = _setup([2, 1, 4])
     plans[0].extra[SLOTS], plans[1].extra[SLOTS] = [0, 2], [2]
     ups = [_update(m, plans[0], 1, 1.0, head=1.0), _update(m, plans[1], 3, 5.0, head=5.0),
            _update(m, plans[2], 6, 2.0, head=2.0)]
@@ -93,8 +92,8 @@ def test_each_module_is_averaged_over_the_clients_that_trained_it(tiny_am, ctx_f
     assert torch.equal(only[A0][1], state.tensors[A0][1]) and torch.equal(only[A0][3], state.tensors[A0][3])
 
 
-def test_traffic_counts_all_r_modules_down_and_the_selected_up(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 4])
+def test_traffic_counts_all_r_modules_down_and_the_selected_up():
+    am, m, state, plans = _setup([1, 4])
     head = 4 * (3 * 4 + 3)
     for c, r in ((0, 1), (1, 4)):
         pay = m.client_payload(state, plans[c])
@@ -107,8 +106,8 @@ def test_traffic_counts_all_r_modules_down_and_the_selected_up(tiny_am, ctx_for)
         4 * (3 * (4 * 4 + 1 * (4 + 4))) + head  # dense folded weights + the rank-1 factors
 
 
-def test_layer_budget_trains_whole_layers_and_averages_over_their_trainers(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 16], budget="layers", layers=1)  # tier ranks unused
+def test_layer_budget_trains_whole_layers_and_averages_over_their_trainers():
+    am, m, state, plans = _setup([1, 16], budget="layers", layers=1)  # tier ranks unused
     assert all(len(p.train_layers) == 1 and p.rank == 4 and p.extra[SLOTS] == [0, 1, 2, 3] for p in plans.values())
     assert base_key(M) not in m.client_payload(state, plans[0])
     ups = []

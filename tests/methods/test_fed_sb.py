@@ -12,6 +12,7 @@ from fedbench.methods.fed_sb import GRAD_SFX, INIT, QUOTA, FedSB, FedSBConfig
 from fedbench.runners.outputs.callbacks import Callback
 from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
+from helpers import method_setup
 
 M = "blocks.0.fc"
 A0, B0, W0 = M + ".lora_A.weight", M + ".lora_B.weight", M + ".base_layer.weight"
@@ -31,20 +32,14 @@ def test_sign_gradient_factors_by_hand():
     assert torch.allclose(0.5 * b1 @ r1 @ a1, s[0] * torch.outer(u[:, 0], vh[0]), atol=1e-6)  # best rank 1
 
 
-def _setup(tiny_am, ctx_for, n=2):
-    am = tiny_am(r=4, alpha=2.0)  # s = 1 / 2
+def _setup(n=2):
     cfg = FedSBConfig(lora_r=4, lora_alpha=2.0, init_step=0.1, grad_samples=8)
-    am.attach_extra(FedSB.extra_modules(cfg, ctx_for(am, [(0, 3, 4)] * n), None))
-    ctx = ctx_for(am, [(0, 3, 4)] * n)
-    m = FedSB(cfg, ctx)
-    state = m.init_state(am.read(am.all_keys))
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return am, m, state, plans
+    return method_setup(FedSB, [(0, 3, 4)] * n, cfg, extras=True, r=4, alpha=2.0)  # s = 1 / 2
 
 
-def test_registered_init_round_trains_nothing_then_only_r_and_the_head(tiny_am, ctx_for):
+def test_registered_init_round_trains_nothing_then_only_r_and_the_head():
     assert METHODS.get("fed_sb") is FedSB
-    am, m, state, plans = _setup(tiny_am, ctx_for)
+    am, m, state, plans = _setup()
     assert plans[0].extra[INIT] and plans[0].extra[QUOTA] == 4  # 8 examples split over two equal clients
     assert m.local_phases(plans[0]) == () and m.upload_keys(plans[0]) == []
     assert torch.equal(state.tensors[R0], torch.eye(4))
@@ -55,8 +50,8 @@ def test_registered_init_round_trains_nothing_then_only_r_and_the_head(tiny_am, 
     assert set(phase.trainable) == set(m.r_keys) | {"head.weight", "head.bias"} == set(m.upload_keys(plans[0]))
 
 
-def test_init_uses_the_sign_of_the_summed_client_gradients(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for)
+def test_init_uses_the_sign_of_the_summed_client_gradients():
+    am, m, state, plans = _setup()
     g1 = torch.ones(4, 4)
     g2 = torch.zeros(4, 4)
     g2[0, 0] = -3.0  # the sum's sign at (0, 0) is -1; the sum of the signs would be 0
@@ -67,8 +62,8 @@ def test_init_uses_the_sign_of_the_summed_client_gradients(tiny_am, ctx_for):
     assert torch.equal(new["head.bias"], state.tensors["head.bias"])  # nobody trained the head
 
 
-def test_forward_is_w0_plus_s_b_r_a(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for)
+def test_forward_is_w0_plus_s_b_r_a():
+    am, m, state, plans = _setup()
     g = torch.Generator().manual_seed(0)
     tensors = {k: torch.randn(v.shape, generator=g) for k, v in state.tensors.items()}
     am.load(tensors)
@@ -96,8 +91,8 @@ class _Task:
         return F.cross_entropy(logits, batch["y"]), logits
 
 
-def test_client_sends_its_summed_dense_gradient_over_its_quota(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for)
+def test_client_sends_its_summed_dense_gradient_over_its_quota():
+    am, m, state, plans = _setup()
     g = torch.Generator().manual_seed(1)
     batches = [{"x": torch.randn(3, 4, generator=g), "y": torch.tensor([0, 1, 2])} for _ in range(3)]
     stats = m.client_statistics(_Task(), am.model, lambda: iter(batches), plans[0])  # quota 4: two batches of 3
@@ -110,8 +105,8 @@ def test_client_sends_its_summed_dense_gradient_over_its_quota(tiny_am, ctx_for)
     w.requires_grad_(False)
 
 
-def test_traffic_init_round_then_factors_once_then_r(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for)
+def test_traffic_init_round_then_factors_once_then_r():
+    am, m, state, plans = _setup()
     head = 4 * (3 * 4 + 3)
     ups = [ClientUpdate(c, {mod + GRAD_SFX: torch.ones(4, 4) for mod in m.modules}, 10, plans[c]) for c in (0, 1)]
     t = m.traffic(plans[0], m.client_payload(state, plans[0]), ups[0].tensors)

@@ -8,6 +8,7 @@ from fedbench.methods import METHODS
 from fedbench.methods.aggregation import exact_lora_mean
 from fedbench.methods.base import ClientUpdate, MethodState
 from fedbench.methods.fedex_lora import MISSED, FedExLoRA, FedExLoRAConfig
+from helpers import method_setup
 
 M = "blocks.0.fc"
 A0, B0, W0 = M + ".lora_A.weight", M + ".lora_B.weight", M + ".base_layer.weight"
@@ -30,12 +31,10 @@ def test_exact_lora_mean_by_hand_on_non_square_factors():
     assert torch.allclose(w0 + S * res + S * b_bar @ a_bar, mean_weight, atol=1e-5)
 
 
-def _setup(tiny_am, ctx_for, n_clients=3, **kw):
-    am = tiny_am(r=R, alpha=ALPHA)
-    ctx = ctx_for(am, [(0, 3, R)] * n_clients)
-    m = FedExLoRA(FedExLoRAConfig(lora_r=R, lora_alpha=ALPHA, **kw), ctx)
-    state = m.init_state(am.read(am.all_keys + m.base_weights_needed()))
-    return am, m, state
+def _setup(n_clients=3, **kw):
+    s = method_setup(FedExLoRA, [(0, 3, R)] * n_clients, FedExLoRAConfig(lora_r=R, lora_alpha=ALPHA, **kw), base=True,
+                     plan_round=None, r=R, alpha=ALPHA)
+    return s.am, s.m, s.state
 
 
 def _round(m, state, clients, rnd, sizes=None):
@@ -50,11 +49,11 @@ def _round(m, state, clients, rnd, sizes=None):
     return plans, ups
 
 
-def test_global_model_is_the_mean_of_the_clients_models(tiny_am, ctx_for):
+def test_global_model_is_the_mean_of_the_clients_models():
     """Non-symmetric random factors: W0' + s B_bar A_bar = mean_k (W0 + s B_k A_k); with the
     residual transposed, or left out, it is not."""
     for weighting, sizes in (("uniform", None), ("examples", {0: 1, 1: 2, 2: 7})):
-        am, m, state = _setup(tiny_am, ctx_for, weighting=weighting)
+        am, m, state = _setup(weighting=weighting)
         plans, ups = _round(m, state, [0, 1, 2], 1, sizes)
         p = [1 / 3] * 3 if weighting == "uniform" else [1 / 10, 2 / 10, 7 / 10]
         w0 = state.tensors[W0]
@@ -68,8 +67,8 @@ def test_global_model_is_the_mean_of_the_clients_models(tiny_am, ctx_for):
         assert torch.allclose(new["head.bias"], sum(pk * u.tensors["head.bias"] for pk, u in zip(p, ups)))
 
 
-def test_a_client_that_sat_out_receives_and_pays_for_every_missed_residual(tiny_am, ctx_for):
-    am, m, state = _setup(tiny_am, ctx_for, n_clients=3)
+def test_a_client_that_sat_out_receives_and_pays_for_every_missed_residual():
+    am, m, state = _setup(n_clients=3)
     plans, ups = _round(m, state, [0, 1, 2], 1)  # round 1: three clients
     assert plans[0].extra[MISSED] == []
     state = m.aggregate(state, ups)
@@ -89,9 +88,9 @@ def test_a_client_that_sat_out_receives_and_pays_for_every_missed_residual(tiny_
     assert t1.down_bytes == adapter + 4 * 3 * 2 * R * (4 + 4)
 
 
-def test_registered_trains_everything_every_layer(tiny_am, ctx_for):
+def test_registered_trains_everything_every_layer():
     assert METHODS.get("fedex_lora") is FedExLoRA
-    am, m, state = _setup(tiny_am, ctx_for)
+    am, m, state = _setup()
     plans, _ = _round(m, state, [0, 1, 2], 1)
     assert set(m.upload_keys(plans[0])) == set(am.all_keys)
     assert set(m.client_payload(state, plans[0])) == set(am.all_keys) | set(m.base_weights_needed())

@@ -11,26 +11,23 @@ from fedbench.methods.aggregation_hetero import full_rank_merge
 from fedbench.methods.fedhl import FedHL, FedHLConfig
 from fedbench.methods.rank_hetero import base_key
 from fedbench.runners.executors.train import adapter_for
+from helpers import method_setup
 
 M = "blocks.1.fc"
 A1, B1, W1 = M + ".lora_A.weight", M + ".lora_B.weight", M + ".base_layer.weight"
 ALPHA = 8.0  # s_k = alpha / r_k: 8 for rank 1, 4 for rank 2
 
 
-def _setup(tiny_am, ctx_for, ranks, **cfg):
-    am = tiny_am(r=4, alpha=ALPHA)
-    ctx = ctx_for(am, [(t, 3, r) for t, r in enumerate(ranks)])
-    m = FedHL(FedHLConfig(lora_r=4, lora_alpha=ALPHA, **cfg), ctx)
-    state = m.init_state(am.read(am.all_keys + m.base_weights_needed()))
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return am, m, state, plans
+def _setup(ranks, **cfg):
+    return method_setup(FedHL, [(t, 3, r) for t, r in enumerate(ranks)], FedHLConfig(lora_r=4, lora_alpha=ALPHA, **cfg),
+                        base=True, alpha=ALPHA)
 
 
-def test_merge_is_the_weighted_sum_of_each_clients_own_product(tiny_am, ctx_for, rank_updates):
+def test_merge_is_the_weighted_sum_of_each_clients_own_product(rank_updates):
     """Ranks 1 and 2, n = (1, 3): w = (0.25, 0.75), W^{t+1} - W^t = 0.25 (8 / 1) B_1 A_1 +
     0.75 (8 / 2) B_2 A_2 (float32 tolerance); nothing is truncated (rank 3 of a 4 x 4 update)."""
     assert METHODS.get("fedhl") is FedHL
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2])
+    am, m, state, plans = _setup([1, 2])
     assert [plans[c].rank for c in (0, 1)] == [1, 2]
     ups = rank_updates(m, state, plans, [1, 3])
     assert m.aggregation_weights(ups) == [0.25, 0.75]
@@ -43,8 +40,8 @@ def test_merge_is_the_weighted_sum_of_each_clients_own_product(tiny_am, ctx_for,
     assert torch.count_nonzero(new.tensors[B1]) == 0  # the adapter stays empty: everything is in W
 
 
-def test_uniform_weights_are_one_over_k(tiny_am, ctx_for, rank_updates):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2], weights="uniform")
+def test_uniform_weights_are_one_over_k(rank_updates):
+    am, m, state, plans = _setup([1, 2], weights="uniform")
     ups = rank_updates(m, state, plans, [1, 3])
     assert m.aggregation_weights(ups) == [0.5, 0.5]
     (a1, b1), (a2, b2) = [(u.tensors[A1], u.tensors[B1]) for u in ups]
@@ -61,10 +58,10 @@ def test_global_weight_is_float32_and_keeps_small_updates():
     assert (w.float() + b @ a).to(torch.bfloat16)[0, 0].item() == 1.0
 
 
-def test_clients_first_forward_is_the_global_model(tiny_am, ctx_for, rank_updates):
+def test_clients_first_forward_is_the_global_model(rank_updates):
     """After a merge, client 1 (rank 2) loads its payload (W^t, fresh A, B = 0) into its own
     rank-2 adapter: its output equals the evaluated global model's."""
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2])
+    am, m, state, plans = _setup([1, 2])
     new = m.aggregate(state, rank_updates(m, state, plans, [1, 3]))
     nxt = m.plan(2, list(m.ctx.profiles.values()), new, np.random.default_rng(1))
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(2))
@@ -81,7 +78,7 @@ def test_clients_first_forward_is_the_global_model(tiny_am, ctx_for, rank_update
     assert not torch.equal(glob, am.model(x))  # outside the overlay: W0, not W^t
 
 
-def test_the_record_says_which_weights_ran(tiny_am, ctx_for):
-    m = _setup(tiny_am, ctx_for, [1, 2])[1]
+def test_the_record_says_which_weights_ran():
+    m = _setup([1, 2])[1]
     assert m.layout()["fedhl_weights"].startswith("examples (variant: the paper's optimal aggregation weights")
     assert base_key(M) in m.base_weights_needed()

@@ -3,7 +3,9 @@
 carried between rounds, what goes up and down; plus their server rules on hand-built
 updates and the target-metric cost section."""
 
+import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -30,22 +32,37 @@ CNN_KEYS = {f"{m}.{p}" for m in ("convs.0", "convs.3", "fc.0.linear", "fc.1.line
 CNN_KEYS |= HEAD_KEYS
 
 
-def run_family(method, tmp_path, method_config=None, rounds=2):
-    with spying() as spy:
-        exp = Experiment(method, "tiny_vision", dict(rounds=rounds, clients=4, per_round=4, seed=0, out=str(tmp_path),
-                                                     eval_initial=True, target_metric=0.0, executor="spy"),
-                         method_config=method_config, task_config=TASK)
-        rec, _ = exp.run()
-    assert rec["status"] == "ok", rec["error"]
-    validate_record(rec)
-    # what each client stored after round 1 (the store hands it back in round 2)
-    spy.after_round1 = {j.plan.client: r.private for j, r in zip(spy.jobs, spy.results) if j.round == 1}
-    return exp, rec, spy
+_RUNS: dict = {}  # (method, config, rounds) -> (exp, rec, spied): each run once per test process
+
+
+@pytest.fixture
+def run_family(tmp_path_factory):
+    """run_family(method, method_config=None, rounds=2) -> (experiment, record, what the spy saw);
+    the tests only read them, so a run asked for again is the one already made."""
+
+    def run(method, method_config=None, rounds=2):
+        key = (method, repr(method_config), rounds)
+        if key not in _RUNS:
+            out = tmp_path_factory.mktemp(method)
+            with spying() as spy:
+                run = dict(rounds=rounds, clients=4, per_round=4, seed=0, out=str(out), eval_initial=True,
+                           target_metric=0.0, executor="spy")
+                exp = Experiment(method, "tiny_vision", run, method_config=method_config, task_config=TASK)
+                rec, _ = exp.run()
+            assert rec["status"] == "ok", rec["error"]
+            validate_record(rec)
+            spied = SimpleNamespace(jobs=list(spy.jobs), results=list(spy.results))
+            # what each client stored after round 1 (the store hands it back in round 2)
+            spied.after_round1 = {j.plan.client: r.private for j, r in zip(spied.jobs, spied.results) if j.round == 1}
+            _RUNS[key] = exp, rec, spied
+        return _RUNS[key]
+
+    return run
 
 
 @pytest.mark.parametrize("method", FAMILY)
-def test_runs_with_private_cnns_and_local_records(method, tmp_path):
-    exp, rec, spy = run_family(method, tmp_path)
+def test_runs_with_private_cnns_and_local_records(method, run_family):
+    exp, rec, spy = run_family(method)
     # per-client local evaluation, heterogeneous architectures by client id
     assert rec["results"]["evaluation"] == "local"
     assert set(rec["results"]["per_client"]) == {"0", "1", "2", "3"}
@@ -68,8 +85,8 @@ def test_runs_with_private_cnns_and_local_records(method, tmp_path):
         assert not set(res.upload) & set(exp.method.private_keys(ClientPlan(res.client, 0, ())))
 
 
-def test_standalone_exchanges_nothing(tmp_path):
-    exp, rec, spy = run_family("standalone", tmp_path)
+def test_standalone_exchanges_nothing(run_family):
+    exp, rec, spy = run_family("standalone")
     costs = [c for _, c in exp.state.costs]
     assert costs and all(c.up_bytes == 0 and c.down_bytes == 0 for c in costs)
     assert all(j.payload == {} for j in spy.jobs) and all(r.upload == {} for r in spy.results)
@@ -78,8 +95,8 @@ def test_standalone_exchanges_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("method,dim", [("fd", N_CLASSES), ("fedproto", 500)])
-def test_statistics_methods_upload_per_class_statistics(method, dim, tmp_path):
-    exp, rec, spy = run_family(method, tmp_path)
+def test_statistics_methods_upload_per_class_statistics(method, dim, run_family):
+    exp, rec, spy = run_family(method)
     name = "fd" if method == "fd" else "proto"
     keys = {f"fedbench_extra.{name}.means", f"fedbench_extra.{name}.counts"}
     for job, res in zip(spy.jobs, spy.results):
@@ -99,16 +116,16 @@ def test_statistics_methods_upload_per_class_statistics(method, dim, tmp_path):
         assert "top1_proto" in rec["results"]["extra"]
 
 
-def test_lg_fedavg_shares_the_classifier_only(tmp_path):
-    exp, rec, spy = run_family("lg_fedavg", tmp_path)
+def test_lg_fedavg_shares_the_classifier_only(run_family):
+    exp, rec, spy = run_family("lg_fedavg")
     for job, res in zip(spy.jobs, spy.results):
         assert set(job.payload) == set(HEAD_KEYS) == set(res.upload)
         assert set(res.private) == set(CNN_KEYS) - set(HEAD_KEYS)
 
 
 @pytest.mark.parametrize("method", ["fml", "fedkd"])
-def test_shared_model_is_cnn5_and_the_only_upload(method, tmp_path):
-    exp, rec, spy = run_family(method, tmp_path)
+def test_shared_model_is_cnn5_and_the_only_upload(method, run_family):
+    exp, rec, spy = run_family(method)
     for res in spy.results:
         assert set(res.upload) and all(k.startswith("fedbench_extra.shared.") for k in res.upload)
         assert res.upload["fedbench_extra.shared.fc.0.linear.weight"].shape == (500, 800)  # CNN-5's FC1
@@ -116,8 +133,8 @@ def test_shared_model_is_cnn5_and_the_only_upload(method, tmp_path):
     assert "top1_shared" in rec["results"]["extra"]
 
 
-def test_fedlora_uploads_the_adapter_and_averages_it(tmp_path):
-    exp, rec, spy = run_family("fedlora", tmp_path, rounds=1)
+def test_fedlora_uploads_the_adapter_and_averages_it(run_family):
+    exp, rec, spy = run_family("fedlora", rounds=1)
     keys = {"fedbench_extra.adapter.down.weight", "fedbench_extra.adapter.up.weight", "fedbench_extra.adapter.up.bias"}
     for res in spy.results:
         assert set(res.upload) == keys and set(res.private) == set(CNN_KEYS)
@@ -140,16 +157,16 @@ def test_fedlora_phase2_leaves_the_cnn_and_phase1_the_adapter(tmp_path):
     exp.store.close()
 
 
-def test_fedlora_direct_adapter_in_the_homogeneous_setting(tmp_path):
-    exp, rec, spy = run_family("fedlora", tmp_path, method_config={"archs": "cnn1", "rank": 7}, rounds=1)
+def test_fedlora_direct_adapter_in_the_homogeneous_setting(run_family):
+    exp, rec, spy = run_family("fedlora", method_config={"archs": "cnn1", "rank": 7}, rounds=1)
     assert set(rec["run"]["client_archs"].values()) == {"cnn1"}
     assert spy.results[0].upload["fedbench_extra.adapter.reduce.weight"].shape == (7, 2000)  # FC1 of CNN-1 -> rank
 
 
-def test_fedlora_default_rank_is_below_the_class_count(tmp_path):
+def test_fedlora_default_rank_is_below_the_class_count(run_family):
     """No rank configured: d_1 = C // 2, a genuinely low-rank 500 x C factorisation (tiny_vision: C = 10)."""
     assert [default_rank(c) for c in (2, 10, 100)] == [2 // 2, 10 // 2, 100 // 2]
-    exp, rec, spy = run_family("fedlora", tmp_path, rounds=1)
+    exp, rec, spy = run_family("fedlora", rounds=1)
     assert spy.results[0].upload["fedbench_extra.adapter.down.weight"].shape == (10 // 2, 500)
 
 
@@ -159,22 +176,55 @@ def test_fedlora_config_is_checked():
         build_config(cls, {"adapter": "direct", "archs": "hetero"}, "method")
     with pytest.raises(UserError, match="mu"):
         build_config(cls, {"mu": 1.5}, "method")
-    with pytest.raises(UserError, match="archs"):
-        build_config(cls, {"archs": "cnn9"}, "method")
 
 
-def test_family_needs_the_cnn_architectures(tmp_path):
-    with pytest.raises(UserError, match="needs the architectures"):
-        Experiment("fedlora", "tiny_vision", dict(rounds=1, out=str(tmp_path)), task_config={"model": "vit"})
+def cnn_ctx() -> MethodContext:
+    """The context a Table 1 CNN task gives (CNN-1's model; the task's five architectures)."""
+    from fedbench.tasks.cnn import ARCHS
+    from fedbench.tasks.cnn_task import cnn_bundle
+
+    parts = cnn_bundle("cnn1", 3, N_CLASSES, 32).parts
+    return MethodContext(n_layers=2, layer_keys={0: [], 1: []}, head_keys=["head.weight"], profiles={}, lora_r=8,
+                         lora_alpha=16.0, n_classes=N_CLASSES, parts=parts, archs=ARCHS,
+                         build_model=lambda arch: cnn_bundle(arch, 3, N_CLASSES, 32))
+
+
+@pytest.mark.parametrize("method,field", [("fedlora", "archs"), ("fml", "archs"), ("fml", "shared_arch")])
+def test_architectures_must_be_the_tasks(method, field):
+    """archs / shared_arch name one of the architectures the task offers (Task.archs), not a table of the methods'."""
+    cls = METHODS.get(method)
+    METHODS.get(method)(build_config(cls.config_cls, {field: "cnn3"}, "method"), cnn_ctx())  # one of the task's
+    with pytest.raises(UserError, match=f"method.{field}.*cnn1, cnn2, cnn3, cnn4, cnn5"):
+        cls(build_config(cls.config_cls, {field: "cnn9"}, "method"), cnn_ctx())
+
+
+def test_widths_come_from_the_declared_parts():
+    """FedLoRA's adapters and FedProto's prototypes are sized by the widths the model declares."""
+    ctx = cnn_ctx()
+    ctx = MethodContext(**{**ctx.__dict__, "parts": dataclasses.replace(ctx.parts, widths=(6, 7))})
+    fedlora, fedproto = METHODS.get("fedlora"), METHODS.get("fedproto")
+    down = fedlora.extra_modules(fedlora.config_cls(rank=3), ctx, None)["adapter"].down
+    assert down.weight.shape == (3, 7)  # r's declared width, not a table's 500
+    direct = fedlora.extra_modules(fedlora.config_cls(archs="cnn3", rank=3), ctx, None)["adapter"].reduce
+    assert direct.weight.shape == (3, 1000)  # h's width as CNN-3's own model declares it (its FC1)
+    assert fedproto.extra_modules(fedproto.config_cls(), ctx, None)["proto"].means.shape == (N_CLASSES, 7)
+
+
+def test_family_needs_a_model_that_declares_its_parts(tmp_path):
+    run = dict(rounds=1, out=str(tmp_path))
+    task = {"model": "vit", "n_train_per_domain": 8, "n_test_per_domain": 4}
+    with pytest.raises(UserError):  # the ViT has no 'none' profile (the family trains whole models)
+        Experiment("fedlora", "tiny_vision", run, task_config=task).run()
+    with pytest.raises(UserError, match="declares no parts"):
+        Experiment("fedlora", "tiny_vision", run, method_config={"lora_targets": "qv"}, task_config=task).run()
 
 
 def test_client_architecture_rule():
     family = ("a", "b", "c")
     assert [assign_arch(c, "hetero", family) for c in range(7)] == ["a", "b", "c", "a", "b", "c", "a"]
     assert assign_arch(5, "b", family) == "b"
-    # the default reproduces FedLoRA's assignment by client id, CNN-(c mod 5 + 1)
-    m = METHODS.get("lg_fedavg").__new__(METHODS.get("lg_fedavg"))
-    m.config = METHODS.get("lg_fedavg").config_cls()
+    # the default reproduces FedLoRA's assignment by client id, CNN-(c mod 5 + 1): the task's architectures in turn
+    m = METHODS.get("lg_fedavg")(METHODS.get("lg_fedavg").config_cls(), cnn_ctx())
     assert [m.client_arch(c) for c in range(12)] == [f"cnn{c % 5 + 1}" for c in range(12)]
 
 

@@ -1,7 +1,6 @@
 """FedSA-LoRA: only A travels and is averaged; B and the head stay in each client's store;
 the run is scored by personalised (local) evaluation."""
 
-import numpy as np
 import torch
 
 from fedbench.methods import METHODS
@@ -10,22 +9,18 @@ from fedbench.methods.fedsa_lora import FedSALoRA, FedSALoRAConfig
 from fedbench.runners.outputs.callbacks import Callback
 from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
+from helpers import method_setup
 
 A0, B0 = "blocks.0.fc.lora_A.weight", "blocks.0.fc.lora_B.weight"
 
 
-def _setup(tiny_am, ctx_for):
-    am = tiny_am(r=4, alpha=8.0)
-    ctx = ctx_for(am, [(0, 3, 4)] * 2)
-    m = FedSALoRA(FedSALoRAConfig(lora_r=4, lora_alpha=8.0), ctx)
-    state = m.init_state(am.read(am.all_keys))
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return am, m, state, plans
+def _setup():
+    return method_setup(FedSALoRA, [(0, 3, 4)] * 2, FedSALoRAConfig(lora_r=4, lora_alpha=8.0))
 
 
-def test_only_a_travels_b_and_the_head_are_private(tiny_am, ctx_for):
+def test_only_a_travels_b_and_the_head_are_private():
     assert METHODS.get("fedsa_lora") is FedSALoRA and FedSALoRA.evaluation == "local"
-    am, m, state, plans = _setup(tiny_am, ctx_for)
+    am, m, state, plans = _setup()
     a_keys = {f"blocks.{j}.fc.lora_A.weight" for j in range(3)}
     b_keys = {f"blocks.{j}.fc.lora_B.weight" for j in range(3)}
     pay = m.client_payload(state, plans[0])
@@ -39,8 +34,8 @@ def test_only_a_travels_b_and_the_head_are_private(tiny_am, ctx_for):
     assert t.down_bytes == t.up_bytes == tensor_bytes(pay) == 4 * 3 * 4 * 4  # 3 modules x A (r x d_in)
 
 
-def test_a_is_example_weighted_and_nothing_else_changes(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for)
+def test_a_is_example_weighted_and_nothing_else_changes():
+    am, m, state, plans = _setup()
     ups = [ClientUpdate(c, {k: torch.full_like(state.tensors[k], v) for k in m.upload_keys(plans[c])}, n, plans[c])
            for c, (v, n) in enumerate([(1.0, 1), (5.0, 3)])]
     new = m.aggregate(state, ups)

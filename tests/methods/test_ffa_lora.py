@@ -1,7 +1,6 @@
 """FFA-LoRA: A identical on every client and in every round, B averaged exactly, the
 heterogeneous-rank variant's two means, traffic, its own learning rate."""
 
-import numpy as np
 import torch
 
 from fedbench.methods import METHODS
@@ -9,6 +8,7 @@ from fedbench.methods.base import ClientUpdate, tensor_bytes
 from fedbench.methods.ffa_lora import FFA_LR_SCALE, FFALoRA, FFALoRAConfig
 from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
+from helpers import method_setup
 
 M = "blocks.0.fc"
 A0, B0 = M + ".lora_A.weight", M + ".lora_B.weight"
@@ -16,13 +16,9 @@ ALPHA = 8.0
 S = ALPHA / 4
 
 
-def _setup(tiny_am, ctx_for, tiers, **kw):
-    am = tiny_am(r=4, alpha=ALPHA)
-    ctx = ctx_for(am, [(t, 3, r) for t, r in enumerate(tiers)])
-    m = FFALoRA(FFALoRAConfig(lora_r=4, lora_alpha=ALPHA, **kw), ctx)
-    state = m.init_state(am.read(am.all_keys))
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return am, m, state, plans
+def _setup(tiers, **kw):
+    return method_setup(FFALoRA, [(t, 3, r) for t, r in enumerate(tiers)],
+                        FFALoRAConfig(lora_r=4, lora_alpha=ALPHA, **kw), alpha=ALPHA)
 
 
 def _trained(m, state, plans, sizes, seed=4):
@@ -38,9 +34,9 @@ def _trained(m, state, plans, sizes, seed=4):
     return ups
 
 
-def test_registered_trains_only_b_and_the_head_at_its_own_lr(tiny_am, ctx_for):
+def test_registered_trains_only_b_and_the_head_at_its_own_lr():
     assert METHODS.get("ffa_lora") is FFALoRA
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 4])
+    am, m, state, plans = _setup([1, 4])
     (phase,) = m.local_phases(plans[0])
     assert not any(k.endswith("lora_A.weight") for k in phase.trainable)
     assert set(phase.trainable) == {f"blocks.{j}.fc.lora_B.weight" for j in range(3)} | {"head.weight", "head.bias"}
@@ -48,8 +44,8 @@ def test_registered_trains_only_b_and_the_head_at_its_own_lr(tiny_am, ctx_for):
     assert all(p.rank == 4 for p in plans.values())  # ranks='global': the paper's homogeneous rank
 
 
-def test_a_is_identical_across_clients_and_rounds_and_the_mean_is_exact(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [4, 4, 4])
+def test_a_is_identical_across_clients_and_rounds_and_the_mean_is_exact():
+    am, m, state, plans = _setup([4, 4, 4])
     a_init = state.tensors[A0].clone()
     for rnd in range(3):
         for c in plans:
@@ -77,8 +73,8 @@ def test_a_never_changes_in_a_run(tmp_path):
     assert all(not torch.equal(exp.state.method.tensors[k], fresh[k]) for k in b_keys)  # B did train
 
 
-def test_tier_ranks_average_b_columns_over_contributors_or_zero_padded(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4], ranks="tier")
+def test_tier_ranks_average_b_columns_over_contributors_or_zero_padded():
+    am, m, state, plans = _setup([1, 2, 4], ranks="tier")
     assert [plans[c].rank for c in range(3)] == [1, 2, 4] and plans[0].lora_alpha == ALPHA * 1 / 4
     pay = m.client_payload(state, plans[1])
     assert torch.equal(pay[A0], state.tensors[A0][:2]) and pay[B0].shape == (4, 2)
@@ -88,7 +84,7 @@ def test_tier_ranks_average_b_columns_over_contributors_or_zero_padded(tiny_am, 
     assert torch.allclose(new[:, 0], (1 * b0[:, 0] + 2 * b1[:, 0] + 3 * b2[:, 0]) / 6)
     assert torch.allclose(new[:, 1], (2 * b1[:, 1] + 3 * b2[:, 1]) / 5)
     assert torch.allclose(new[:, 2:], b2[:, 2:])
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4], ranks="tier", het_mean="zero_pad")
+    am, m, state, plans = _setup([1, 2, 4], ranks="tier", het_mean="zero_pad")
     new = m.aggregate(state, _trained(m, state, plans, [1, 2, 3])).tensors[B0]
     assert torch.allclose(new[:, 1], (2 * b1[:, 1] + 3 * b2[:, 1]) / 6)
     assert torch.allclose(new[:, 2:], 3 * b2[:, 2:] / 6)
@@ -97,8 +93,8 @@ def test_tier_ranks_average_b_columns_over_contributors_or_zero_padded(tiny_am, 
     assert torch.allclose(S * new @ a, want, atol=1e-6)
 
 
-def test_traffic_counts_b_and_the_head_and_records_what_is_sent(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [2, 4], ranks="tier")
+def test_traffic_counts_b_and_the_head_and_records_what_is_sent():
+    am, m, state, plans = _setup([2, 4], ranks="tier")
     head = 4 * (3 * 4 + 3)
     for c, r in ((0, 2), (1, 4)):
         pay = m.client_payload(state, plans[c])

@@ -1,6 +1,5 @@
 """FlexLoRA: averaged full-size update, SVD redistribution, scaling, exact evaluation."""
 
-import numpy as np
 import torch
 
 from fedbench.methods import METHODS
@@ -9,20 +8,16 @@ from fedbench.methods.flexlora import FlexLoRA
 from fedbench.methods.rank_hetero import AuthorsRuleConfig, base_key
 from fedbench.methods.base import tensor_bytes
 from fedbench.runners.executors.train import adapter_for
+from helpers import method_setup
 
 M = "blocks.0.fc"
 A0, B0 = M + ".lora_A.weight", M + ".lora_B.weight"
 ALPHA = 8.0
 
 
-def _setup(tiny_am, ctx_for, ranks):
-    am = tiny_am(r=4, alpha=ALPHA)
-    ctx = ctx_for(am, [(t, 3, r) for t, r in enumerate(ranks)])
-    m = FlexLoRA(AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA), ctx)
-    base = am.read([base_key(mod) for mod in m.modules])
-    state = m.init_state(am.read(am.all_keys) | base)
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return am, m, state, plans
+def _setup(ranks):
+    return method_setup(FlexLoRA, [(t, 3, r) for t, r in enumerate(ranks)], AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA),
+                        base=True, alpha=ALPHA)
 
 
 def _random_updates(m, state, plans, sizes, seed=3):
@@ -44,9 +39,9 @@ def _expected_delta(ups):
     return sum((u.n_examples / total) * (ALPHA / u.plan.rank) * u.tensors[B0] @ u.tensors[A0] for u in ups)
 
 
-def test_registered_and_first_round_sends_the_initial_lora(tiny_am, ctx_for):
+def test_registered_and_first_round_sends_the_initial_lora():
     assert METHODS.get("flexlora") is FlexLoRA
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+    am, m, state, plans = _setup([1, 2, 4])
     pay = m.client_payload(state, plans[1])
     assert torch.equal(pay[A0], state.tensors[A0][:2]) and torch.count_nonzero(pay[B0]) == 0
     assert pay[B0].shape == (4, 2)
@@ -55,8 +50,8 @@ def test_registered_and_first_round_sends_the_initial_lora(tiny_am, ctx_for):
         assert tensor_bytes(m.client_payload(state, plans[c])) == 4 * (3 * r * (4 + 4) + 3 * 4 + 3)
 
 
-def test_full_rank_client_gets_back_the_averaged_update(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+def test_full_rank_client_gets_back_the_averaged_update():
+    am, m, state, plans = _setup([1, 2, 4])
     ups = _random_updates(m, state, plans, [1, 2, 3])
     new = m.aggregate(state, ups)
     delta = _expected_delta(ups)
@@ -65,8 +60,8 @@ def test_full_rank_client_gets_back_the_averaged_update(tiny_am, ctx_for):
     assert torch.allclose((ALPHA / 4) * pay[B0] @ pay[A0], delta, atol=1e-5)
 
 
-def test_smaller_rank_gets_the_best_rank_r_approximation(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+def test_smaller_rank_gets_the_best_rank_r_approximation():
+    am, m, state, plans = _setup([1, 2, 4])
     ups = _random_updates(m, state, plans, [1, 2, 3])
     new = m.aggregate(state, ups)
     delta = _expected_delta(ups)
@@ -78,10 +73,10 @@ def test_smaller_rank_gets_the_best_rank_r_approximation(tiny_am, ctx_for):
         assert torch.isclose(torch.linalg.norm(delta - got), s[r:].square().sum().sqrt(), atol=1e-5)
 
 
-def test_peft_scaling_of_the_client_adapter_matches_the_server(tiny_am, ctx_for):
+def test_peft_scaling_of_the_client_adapter_matches_the_server():
     """Loaded into the client's own rank-2 peft adapter, the payload's delta is the server's
     best rank-2 approximation (a server using alpha / r_max for the client would be off by 2x)."""
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+    am, m, state, plans = _setup([1, 2, 4])
     new = m.aggregate(state, _random_updates(m, state, plans, [1, 2, 3]))
     name = adapter_for(am, plans[1])
     am.load(m.client_payload(new, plans[1]), name)
@@ -89,8 +84,8 @@ def test_peft_scaling_of_the_client_adapter_matches_the_server(tiny_am, ctx_for)
     assert torch.allclose(am.model.blocks[0].fc.get_delta_weight(name), u[:, :2] * s[:2] @ vh[:2], atol=1e-5)
 
 
-def test_head_is_example_weighted_and_eval_merges_the_exact_update(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 4])
+def test_head_is_example_weighted_and_eval_merges_the_exact_update():
+    am, m, state, plans = _setup([1, 4])
     ups = _random_updates(m, state, plans, [1, 3])
     ups[1].tensors["head.bias"] = state.tensors["head.bias"] + 5.0
     new = m.aggregate(state, ups)

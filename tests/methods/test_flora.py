@@ -8,21 +8,18 @@ from fedbench.methods import METHODS
 from fedbench.methods.base import ClientUpdate, MethodState, Traffic, tensor_bytes
 from fedbench.methods.flora import FLoRA
 from fedbench.methods.aggregation import stack_lora
-from fedbench.methods.rank_hetero import AuthorsRuleConfig, base_key
+from fedbench.methods.rank_hetero import AuthorsRuleConfig
 from fedbench.runners.executors.train import adapter_for
+from helpers import method_setup
 
 M = "blocks.1.fc"
 A1, B1, W1 = M + ".lora_A.weight", M + ".lora_B.weight", M + ".base_layer.weight"
 ALPHA = 8.0
 
 
-def _setup(tiny_am, ctx_for, ranks):
-    am = tiny_am(r=4, alpha=ALPHA)
-    ctx = ctx_for(am, [(t, 3, r) for t, r in enumerate(ranks)])
-    m = FLoRA(AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA), ctx)
-    state = m.init_state(am.read(am.all_keys) | am.read([base_key(mod) for mod in m.modules]))
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return am, m, state, plans
+def _setup(ranks):
+    return method_setup(FLoRA, [(t, 3, r) for t, r in enumerate(ranks)], AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA),
+                        base=True, alpha=ALPHA)
 
 
 def _updates(m, state, plans, sizes):
@@ -46,9 +43,9 @@ def test_stack_lora_product_is_the_weighted_sum():
     assert torch.allclose(sb @ sa, 0.25 * b[0] @ a[0] + 2.0 * b[1] @ a[1], atol=1e-6)
 
 
-def test_merged_update_is_exact_for_mixed_ranks(tiny_am, ctx_for):
+def test_merged_update_is_exact_for_mixed_ranks():
     assert METHODS.get("flora") is FLoRA
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+    am, m, state, plans = _setup([1, 2, 4])
     ups = _updates(m, state, plans, [1, 2, 3])
     new = m.aggregate(state, ups)
     p = [1 / 6, 2 / 6, 3 / 6]
@@ -58,11 +55,11 @@ def test_merged_update_is_exact_for_mixed_ranks(tiny_am, ctx_for):
     assert torch.count_nonzero(new.tensors[B1]) == 0
 
 
-def test_server_scaling_is_each_clients_peft_scaling(tiny_am, ctx_for):
+def test_server_scaling_is_each_clients_peft_scaling():
     """For one client, what the server merges equals peft's own delta of that client's
     trained adapter (alpha_i / r_i). The authors' code merged with alpha_stack / r_stack,
     which this would catch (2x off here for a rank-2 client of a rank-4 stack)."""
-    am, m, state, plans = _setup(tiny_am, ctx_for, [2])
+    am, m, state, plans = _setup([2])
     (up,) = _updates(m, state, plans, [7])
     name = adapter_for(am, plans[0])
     am.load({k: v for k, v in up.tensors.items() if "lora_" in k}, name)
@@ -70,8 +67,8 @@ def test_server_scaling_is_each_clients_peft_scaling(tiny_am, ctx_for):
     assert torch.allclose(new.tensors[W1] - state.tensors[W1], am.model.blocks[1].fc.get_delta_weight(name), atol=1e-5)
 
 
-def test_payload_sends_merged_weights_and_a_fresh_seeded_lora(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+def test_payload_sends_merged_weights_and_a_fresh_seeded_lora():
+    am, m, state, plans = _setup([1, 2, 4])
     new = m.aggregate(state, _updates(m, state, plans, [1, 2, 3]))
     nxt = m.plan(2, list(m.ctx.profiles.values()), new, np.random.default_rng(1))
     pay = m.client_payload(new, nxt[1])
@@ -94,8 +91,8 @@ def test_runner_applies_payload_base_weights_to_one_client_only(tiny_am):
     assert am.base_keys([W1, A1, "head.weight"]) == [W1]
 
 
-def test_eval_state_is_the_merged_model(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 4])
+def test_eval_state_is_the_merged_model():
+    am, m, state, plans = _setup([1, 4])
     new = m.aggregate(state, _updates(m, state, plans, [1, 1]))
     x = torch.randn(2, 4)
     with am.base_overlay(new.tensors):
@@ -107,8 +104,8 @@ def test_eval_state_is_the_merged_model(tiny_am, ctx_for):
     assert torch.allclose(am.model(x), plain)  # and was restored afterwards
 
 
-def test_traffic_headline_is_the_stack_and_merged_weights_are_the_alternative(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+def test_traffic_headline_is_the_stack_and_merged_weights_are_the_alternative():
+    am, m, state, plans = _setup([1, 2, 4])
     head = tensor_bytes({k: state.tensors[k] for k in m.ctx.head_keys})
     pay = m.client_payload(state, plans[0])
     up = {k: pay[k] for k in m.upload_keys(plans[0])}

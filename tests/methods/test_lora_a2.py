@@ -14,25 +14,25 @@ from fedbench.runners.core.spec import TrainSettings
 from fedbench.runners.executors.train import phase_optimizer
 from smoke import SMALL_TASK_CONFIGS
 from tee import Tee
+from helpers import method_setup
 
 HEAD = {"head.weight", "head.bias"}
 
 
-def _setup(tiny_am, ctx_for, ranks, r=4):
-    am = tiny_am(r=r, alpha=float(r))
-    ctx = ctx_for(am, [(t, 3, k) for t, k in enumerate(ranks)])
-    m = LoRAA2(LoRAA2.config_cls(lora_r=r, lora_alpha=float(r)), ctx)
-    return am, m, m.init_state(am.read(am.all_keys))
+def _setup(ranks, r=4):
+    s = method_setup(LoRAA2, [(t, 3, k) for t, k in enumerate(ranks)], LoRAA2.config_cls(lora_r=r, lora_alpha=float(r)),
+                     plan_round=None, r=r, alpha=float(r))
+    return s.am, s.m, s.state
 
 
 def _plans(m, state, rnd):
     return m.plan(rnd, list(m.ctx.profiles.values()), state, np.random.default_rng(rnd))
 
 
-def test_registered_b_at_the_runs_lr_a_at_lr_over_the_ratio(tiny_am, ctx_for):
+def test_registered_b_at_the_runs_lr_a_at_lr_over_the_ratio():
     """B-round: every tensor at the run's lr (0.1 here); A-round: A at 0.1 / 16, the head at 0.1."""
     assert METHODS.get("lora_a2") is LoRAA2
-    am, m, state = _setup(tiny_am, ctx_for, [4, 4])
+    am, m, state = _setup([4, 4])
     settings = TrainSettings(1, 8, "sgd", 0.1, 0.0, 0.0, None, None)
     for rnd, factor, lr in ((1, "B", 0.1), (2, "A", 0.1 / 16)):
         plan = _plans(m, state, rnd)[0]
@@ -60,12 +60,12 @@ class _Client(ClientAPI):
         return {k: self._grads[k] for k in keys}
 
 
-def test_rank_selection_spends_the_budget_over_the_whole_model(tiny_am, ctx_for):
+def test_rank_selection_spends_the_budget_over_the_whole_model():
     """A-round, R = 4, 3 modules, r_0 = 1, r_1 = 4. Score (m, i) = ||B_m[:, i]|| ||G_A[i, :]||
     with every G_A row of norm 1 and B zero but column 2 of block 1 (norm 2) and column 0 of
     block 2 (norm 4): scores 4 (block 2, rank 0) > 2 (block 1, rank 2) > 0 (the rest, the
     earliest first: block 0, rank 0). Client 0 keeps those r_0 M = 3; client 1 all 12."""
-    am, m, state = _setup(tiny_am, ctx_for, [1, 4])
+    am, m, state = _setup([1, 4])
     values = dict(state.tensors)
     for j in range(3):
         values[f"blocks.{j}.fc.lora_B.weight"] = torch.zeros(4, 4)

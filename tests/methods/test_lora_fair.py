@@ -1,13 +1,13 @@
 """LoRA-FAIR: the server's correction of B by hand (one SGD step, the ridge variant), the
 cosine never drops, lambda -> infinity is FedIT."""
 
-import numpy as np
 import torch
 
 from fedbench.methods import METHODS
 from fedbench.methods.aggregation import fair_correction, flat_cosine, ridge_correction, weighted_mean_by_key
 from fedbench.methods.base import ClientUpdate
 from fedbench.methods.lora_fair import LoRAFair, LoRAFairConfig
+from helpers import method_setup
 
 M = "blocks.0.fc"
 A0, B0 = M + ".lora_A.weight", M + ".lora_B.weight"
@@ -94,21 +94,17 @@ def test_cosine_never_drops_and_infinite_lambda_is_no_correction():
         assert torch.allclose(ridge_correction(a, b, t, 1e8), torch.zeros_like(b), atol=1e-6)
 
 
-def _setup(tiny_am, ctx_for, **kw):
-    am = tiny_am(r=4, alpha=8.0)
-    ctx = ctx_for(am, [(0, 3, 4)] * 3)
-    m = LoRAFair(LoRAFairConfig(lora_r=4, lora_alpha=8.0, **kw), ctx)
-    state = m.init_state(am.read(am.all_keys))
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
+def _setup(**kw):
+    _, m, state, plans = method_setup(LoRAFair, [(0, 3, 4)] * 3, LoRAFairConfig(lora_r=4, lora_alpha=8.0, **kw))
     g = torch.Generator().manual_seed(1)
     ups = [ClientUpdate(c, {k: torch.randn(v.shape, generator=g) for k, v in state.tensors.items()}, n, plans[c])
            for c, n in enumerate([1, 2, 5])]
     return m, state, ups
 
 
-def test_server_corrects_only_b_towards_the_averaged_update(tiny_am, ctx_for):
+def test_server_corrects_only_b_towards_the_averaged_update():
     assert METHODS.get("lora_fair") is LoRAFair
-    m, state, ups = _setup(tiny_am, ctx_for)
+    m, state, ups = _setup()
     fedit = weighted_mean_by_key(state.tensors, ups, "examples")
     new = m.aggregate(state, ups)
     assert torch.equal(new.tensors[A0], fedit[A0]) and torch.equal(new.tensors["head.bias"], fedit["head.bias"])
@@ -120,9 +116,9 @@ def test_server_corrects_only_b_towards_the_averaged_update(tiny_am, ctx_for):
     assert new.extra["cosine"]["after"] >= new.extra["cosine"]["before"]
 
 
-def test_infinite_lambda_is_fedit(tiny_am, ctx_for):
+def test_infinite_lambda_is_fedit():
     for solver in ("sgd", "ridge"):
-        m, state, ups = _setup(tiny_am, ctx_for, lam=1e8, solver=solver)
+        m, state, ups = _setup(lam=1e8, solver=solver)
         fedit = weighted_mean_by_key(state.tensors, ups, "examples")
         new = m.aggregate(state, ups).tensors
         assert all(torch.allclose(new[k], fedit[k], atol=1e-6) for k in fedit)

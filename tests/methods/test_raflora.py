@@ -1,7 +1,6 @@
 """raFLoRA and HLoRA: the rank-partition weights by hand, SVD redistribution, and the rank
 collapse of HLoRA's rank-agnostic weights that raFLoRA avoids."""
 
-import numpy as np
 import torch
 
 from fedbench.methods import METHODS
@@ -9,6 +8,7 @@ from fedbench.methods.aggregation import balanced_factors, rank_partition_update
 from fedbench.methods.base import ClientUpdate
 from fedbench.methods.raflora import HLoRA, HLoRAConfig, RaFLoRA, RaFLoRAConfig
 from fedbench.runners.executors.train import adapter_for
+from helpers import method_setup
 
 M = "blocks.0.fc"
 A0, B0 = M + ".lora_A.weight", M + ".lora_B.weight"
@@ -16,13 +16,8 @@ ALPHA = 8.0
 S = ALPHA / 4  # every client's scaling: alpha r_k / r_max / r_k
 
 
-def _setup(tiny_am, ctx_for, ranks, cls=RaFLoRA, cfg=RaFLoRAConfig):
-    am = tiny_am(r=4, alpha=ALPHA)
-    ctx = ctx_for(am, [(t, 3, r) for t, r in enumerate(ranks)])
-    m = cls(cfg(lora_r=4, lora_alpha=ALPHA), ctx)
-    state = m.init_state(am.read(am.all_keys))
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return am, m, state, plans
+def _setup(ranks, cls=RaFLoRA, cfg=RaFLoRAConfig):
+    return method_setup(cls, [(t, 3, r) for t, r in enumerate(ranks)], cfg(lora_r=4, lora_alpha=ALPHA), alpha=ALPHA)
 
 
 def _random_updates(m, state, plans, sizes, clients=None):
@@ -43,15 +38,15 @@ def _slice(u, lo, hi):
     return S * u.tensors[B0][:, lo:hi] @ u.tensors[A0][lo:hi]
 
 
-def test_registered_with_one_scaling_for_every_rank(tiny_am, ctx_for):
+def test_registered_with_one_scaling_for_every_rank():
     assert METHODS.get("raflora") is RaFLoRA and METHODS.get("hlora") is HLoRA
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+    am, m, state, plans = _setup([1, 2, 4])
     assert [plans[c].lora_alpha for c in range(3)] == [ALPHA * 1 / 4, ALPHA * 2 / 4, None]
     assert HLoRAConfig().partition_weights is False and RaFLoRAConfig().partition_weights is True
 
 
-def test_raflora_weights_each_rank_partition_by_the_clients_that_cover_it(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+def test_raflora_weights_each_rank_partition_by_the_clients_that_cover_it():
+    am, m, state, plans = _setup([1, 2, 4])
     u0, u1, u2 = ups = _random_updates(m, state, plans, [1, 2, 3])  # ranks 1, 2, 4; n = 1, 2, 3
     want = ((1 * _slice(u0, 0, 1) + 2 * _slice(u1, 0, 1) + 3 * _slice(u2, 0, 1)) / 6  # (0, 1]: everyone
             + (2 * _slice(u1, 1, 2) + 3 * _slice(u2, 1, 2)) / 5  # (1, 2]: ranks 2 and 4
@@ -64,16 +59,16 @@ def test_raflora_weights_each_rank_partition_by_the_clients_that_cover_it(tiny_a
     assert torch.allclose(new.tensors["head.bias"], state.tensors["head.bias"] + 1.0)
 
 
-def test_hlora_weights_every_partition_by_all_clients(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4], HLoRA, HLoRAConfig)
+def test_hlora_weights_every_partition_by_all_clients():
+    am, m, state, plans = _setup([1, 2, 4], HLoRA, HLoRAConfig)
     u0, u1, u2 = ups = _random_updates(m, state, plans, [1, 2, 3])
     want = (1 * _slice(u0, 0, 1) + 2 * _slice(u1, 0, 2) + 3 * _slice(u2, 0, 4)) / 6  # sum_k n_k/n s B_k A_k
     new = m.aggregate(state, ups)
     assert torch.allclose(S * new.tensors[B0] @ new.tensors[A0], want, atol=1e-5)
 
 
-def test_levels_come_from_the_federation_and_an_uncovered_partition_keeps_its_slice(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+def test_levels_come_from_the_federation_and_an_uncovered_partition_keeps_its_slice():
+    am, m, state, plans = _setup([1, 2, 4])
     g = torch.Generator().manual_seed(5)
     for mod in m.modules:  # a global model with something in every component
         state.tensors[mod + ".lora_A.weight"] = torch.randn(4, 4, generator=g)
@@ -91,11 +86,11 @@ def _echo(m, state, plans, sizes):
     return [ClientUpdate(c, m.client_payload(state, plans[c]), n, plans[c]) for c, n in enumerate(sizes)]
 
 
-def test_hlora_collapses_the_upper_ranks_and_raflora_does_not(tiny_am, ctx_for):
+def test_hlora_collapses_the_upper_ranks_and_raflora_does_not():
     """A round in which nobody learns: raFLoRA's global model is a fixed point, HLoRA's
     partition (rho_{h-1}, rho_h] shrinks by N_h / N (here 5/6 and 3/6) every round."""
     for cls, cfg in ((RaFLoRA, RaFLoRAConfig), (HLoRA, HLoRAConfig)):
-        am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4], cls, cfg)
+        am, m, state, plans = _setup([1, 2, 4], cls, cfg)
         for mod in m.modules:
             delta = torch.diag(torch.tensor([8.0, 4.0, 2.0, 1.0]))  # distinct singular values
             state.tensors[mod + ".lora_A.weight"], state.tensors[mod + ".lora_B.weight"] = balanced_factors(delta, 4, S)
@@ -119,8 +114,8 @@ def test_rank_partition_update_by_hand():
     assert torch.equal(agnostic, first + 3 * 0.5 * torch.outer(b[:, 1], a[1]) / 4)
 
 
-def test_client_adapter_applies_the_server_scaling(tiny_am, ctx_for):
-    am, m, state, plans = _setup(tiny_am, ctx_for, [1, 2, 4])
+def test_client_adapter_applies_the_server_scaling():
+    am, m, state, plans = _setup([1, 2, 4])
     new = m.aggregate(state, _random_updates(m, state, plans, [1, 2, 3]))
     name = adapter_for(am, plans[1])
     pay = m.client_payload(new, plans[1])

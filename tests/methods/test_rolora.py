@@ -12,18 +12,18 @@ from fedbench.methods.base import ClientUpdate, tensor_bytes
 from fedbench.methods.rolora import RoLoRA, RoLoRAHet
 from fedbench.runners.core.experiment import Experiment
 from smoke import SMALL_TASK_CONFIGS
+from helpers import method_setup
 
 M = "blocks.0.fc"
 A0, B0 = M + ".lora_A.weight", M + ".lora_B.weight"
 HEAD = ["head.weight", "head.bias"]
 
 
-def _setup(tiny_am, ctx_for, cls=RoLoRA, r=1, ranks=(1, 1), **cfg):
+def _setup(cls=RoLoRA, r=1, ranks=(1, 1), **cfg):
     """One block of d = 2 (LoRA A (r, 2), B (2, r)), scaling 1, one client per entry of ``ranks``."""
-    am = tiny_am(r=r, alpha=float(r), d=2, n_blocks=1)
-    ctx = ctx_for(am, [(t, 1, k) for t, k in enumerate(ranks)])
-    m = cls(cls.config_cls(lora_r=r, lora_alpha=float(r), **cfg), ctx)
-    return am, m, m.init_state(am.read(am.all_keys))
+    s = method_setup(cls, [(t, 1, k) for t, k in enumerate(ranks)],
+                     cls.config_cls(lora_r=r, lora_alpha=float(r), **cfg), plan_round=None, r=r, alpha=float(r), d=2, n_blocks=1)
+    return s.am, s.m, s.state
 
 
 def _plans(m, state, rnd, clients=None):
@@ -31,9 +31,9 @@ def _plans(m, state, rnd, clients=None):
     return m.plan(rnd, profiles, state, np.random.default_rng(rnd))
 
 
-def test_registered_and_starts_from_b_zero_training_b_first(tiny_am, ctx_for):
+def test_registered_and_starts_from_b_zero_training_b_first():
     assert METHODS.get("rolora") is RoLoRA and METHODS.get("rolora_het") is RoLoRAHet
-    am, m, state = _setup(tiny_am, ctx_for)
+    am, m, state = _setup()
     assert not state.tensors[B0].any()
     for rnd, factor, key in ((1, "B", B0), (2, "A", A0), (3, "B", B0)):
         for plan in _plans(m, state, rnd).values():
@@ -46,12 +46,12 @@ def test_registered_and_starts_from_b_zero_training_b_first(tiny_am, ctx_for):
         m.init_state(state.tensors)
 
 
-def test_a_method_that_would_train_a_first_is_refused(tiny_am, ctx_for):
+def test_a_method_that_would_train_a_first_is_refused():
     class AFirst(RoLoRA):
         def trained_factor(self, rnd):
             return "A" if rnd % 2 else "B"
 
-    am, m, state = _setup(tiny_am, ctx_for, AFirst)
+    am, m, state = _setup(AFirst)
     with pytest.raises(AssertionError, match="round 1 must train B"):
         _plans(m, state, 1)
 
@@ -67,11 +67,11 @@ def test_with_b_zero_the_gradient_of_a_is_exactly_zero(tiny_am):
     assert len(params) == 4
 
 
-def test_spec_hand_check_the_average_of_b_is_exact(tiny_am, ctx_for):
+def test_spec_hand_check_the_average_of_b_is_exact():
     """Spec: shared A = [[1, 0]], B_1 = [[2], [0]], B_2 = [[4], [2]], p = (0.5, 0.5):
     B_bar = [[3], [1]] and B_bar A = [[3, 0], [1, 0]] = 0.5 B_1 A + 0.5 B_2 A; with examples
     1 : 3, B_bar = (1 B_1 + 3 B_2) / 4 = [[3.5], [1.5]]. A is untouched."""
-    am, m, state = _setup(tiny_am, ctx_for)
+    am, m, state = _setup()
     a = torch.tensor([[1.0, 0.0]])
     state.tensors[A0] = a
     plans = _plans(m, state, 1)
@@ -88,10 +88,10 @@ def test_spec_hand_check_the_average_of_b_is_exact(tiny_am, ctx_for):
     assert torch.equal(new.tensors[B0] @ a, 0.5 * (b1 @ a) + 0.5 * (b2 @ a))
 
 
-def test_down_traffic_is_the_factors_changed_since_the_client_last_had_the_model(tiny_am, ctx_for):
+def test_down_traffic_is_the_factors_changed_since_the_client_last_had_the_model():
     """Round 1: the head only (the seeded init is known); round 2, client 0 of round 1: B (changed
     in round 1); round 3, client 1, absent in round 2: A and B. Up: the trained factor + head."""
-    am, m, state = _setup(tiny_am, ctx_for, r=2, ranks=(2, 2))
+    am, m, state = _setup(r=2, ranks=(2, 2))
     head, a, b = (tensor_bytes({k: state.tensors[k] for k in ks}) for ks in (HEAD, [A0], [B0]))
 
     def down_up(state, rnd, client):
@@ -111,10 +111,10 @@ def test_down_traffic_is_the_factors_changed_since_the_client_last_had_the_model
     assert down_up(state, 3, 0)[2] == head + a
 
 
-def test_het_trains_the_leading_ranks_and_averages_each_over_its_trainers(tiny_am, ctx_for):
+def test_het_trains_the_leading_ranks_and_averages_each_over_its_trainers():
     """R = 2, tier ranks 1 and 2; round 1 (B, 2 x 2): client 0 trains column 0 (delta 2), client 1 both
     (deltas 4, 6), examples 1 : 3. Column 0: (1*2 + 3*4) / 4 = 3.5, column 1 only client 1's: 6."""
-    am, m, state = _setup(tiny_am, ctx_for, RoLoRAHet, r=2, ranks=(1, 2))
+    am, m, state = _setup(RoLoRAHet, r=2, ranks=(1, 2))
     plans = _plans(m, state, 1)
     assert plans[0].extra[RANKS] == {M: [0]} and plans[1].extra[RANKS] == {M: [0, 1]}
     (phase,) = m.local_phases(plans[0])

@@ -56,7 +56,7 @@ def test_run_then_leaderboard(tmp_path, capsys):
     out, board = tmp_path / "results", tmp_path / "board"
     sets = [f"task.{k}={v}" for k, v in SMALL_TASK_CONFIGS["tiny_vision"].items()]
     argv = ["run", "--method", "fedra", "--task", "tiny_vision", "--setting", "domain", "--capacities",
-            "12,10,8,6,4,3", "--rounds", "2", "--out", str(out), "--no-progress"]
+            "12,10,8,6,4,3", "--rounds", "2", "--out", str(out), "--no-progress", "--executor", "stub"]
     for s in sets:
         argv += ["--set", s]
     assert main(argv) == 0
@@ -76,7 +76,7 @@ def test_yaml_config_and_set_precedence(tmp_path, capsys):
     cfg.write_text("run: {rounds: 1, clients: 3, per_round: 3}\ntask: {n_train: 60, n_test: 12}\nmethod: {lora_r: 2}\n")
     out = tmp_path / "r"
     assert main(["run", "--method", "fedavg", "--task", "tiny_text", "--config", str(cfg), "--set", "method.lora_r=4",
-                 "--threads", "2", "--out", str(out), "--no-progress"]) == 0
+                 "--threads", "2", "--out", str(out), "--no-progress", "--executor", "stub"]) == 0
     rec = json.loads(next(out.rglob("*.json")).read_text())
     assert rec["run"]["run_config"]["rounds"] == 1 and rec["run"]["n_clients"] == 3
     assert rec["run"]["method_config"]["lora_r"] == 4 and rec["run"]["task_config"]["n_train"] == 60

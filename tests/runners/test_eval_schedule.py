@@ -10,11 +10,11 @@ import torch
 
 from fedbench.configs import eval_period
 from fedbench.runners.cli.cli import main
-from fedbench.runners.core.experiment import Experiment
 from fedbench.runners.core.spec import build_spec
 from fedbench.tasks.tiny import TinyText
 
 from smoke import SMALL_TASK_CONFIGS
+from helpers import run_ok
 
 
 @pytest.mark.parametrize("rounds, eval_every, tiny, period", [
@@ -25,16 +25,15 @@ def test_eval_period(rounds, eval_every, tiny, period):
 
 
 def _run(tmp_path, **run):
-    exp = Experiment("fedavg", "tiny_text", {"clients": 4, "per_round": 2, "max_steps": 1, "out": str(tmp_path), **run},
-                     task_config=SMALL_TASK_CONFIGS["tiny_text"])
-    rec, _ = exp.run()
-    assert rec["status"] == "ok", rec["error"]
+    rec, _, exp = run_ok("fedavg", "tiny_text", {"clients": 4, "per_round": 2, "max_steps": 1, "out": str(tmp_path),
+                                                 **run}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
     return rec, exp
 
 
 @pytest.mark.parametrize("eval_every, scored", [(None, [2, 4, 6, 8, 10, 12]), (5, [5, 10, 12])])
 def test_scored_rounds_follow_the_schedule_and_the_record_says_so(tmp_path, eval_every, scored):
-    rec, exp = _run(tmp_path, rounds=12, **({} if eval_every is None else {"eval_every": eval_every}))
+    sched = {} if eval_every is None else {"eval_every": eval_every}
+    rec, exp = _run(tmp_path, rounds=12, executor="stub", **sched)  # bookkeeping: no client needs to train
     assert [log.round for log in exp.state.logs if log.metric is not None] == scored
     assert [p["round"] for p in rec["results"]["curve"] if p["metric"] is not None] == scored
     assert rec["run"]["run_config"]["eval_every"] == (2 if eval_every is None else eval_every)
@@ -76,7 +75,7 @@ def test_cli_precision_flag(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["run", "--method", "fedavg", "--task", "tiny_text", "--rounds", "1", "--clients", "2",
                  "--max-steps", "1", "--precision", "bf16", "--set", "task.n_train=40", "--set", "task.n_test=12",
-                 "--out", str(out), "--no-progress"]) == 0
+                 "--out", str(out), "--no-progress", "--executor", "stub"]) == 0
     rec = json.loads(next(out.rglob("*.json")).read_text())
     assert rec["run"]["run_config"]["precision"] == "bf16"
     assert main(["run", "--method", "fedavg", "--task", "tiny_text", "--precision", "fp16"]) == 2

@@ -65,7 +65,9 @@ def test_a_failure_while_setting_up_still_writes_a_valid_record(tmp_path, monkey
     monkeypatch.setattr(experiment, "ServerTools", broken)
     rec, path = Experiment("fedavg", "tiny_text", dict(RUN, rounds=1, out=str(tmp_path)),
                            task_config={"n_train": 160, "n_test": 48}).run()
-    assert rec["status"] == "failed" and rec["error"] == "RuntimeError: server tools broke"
+    tb = path.with_name(path.stem + ".traceback.txt")
+    assert rec["status"] == "failed" and rec["error"] == f"RuntimeError: server tools broke (traceback in {tb.name} beside the record)"
+    assert "server tools broke" in tb.read_text() and "Traceback" in tb.read_text()
     validate_record(json.loads(path.read_text()))
     assert rec["run"]["n_clients"] == 4 and rec["run"]["client_tiers"] and rec["run"]["holdout_indices"]
     assert rec["run"]["method_layout"] == {} and rec["run"]["client_archs"] == {}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedbench import records
+from fedbench import outfiles
 from fedbench.runners.outputs import checkpoint
 from fedbench.runners.cli.cli import main
 from fedbench.runners.core.experiment import Experiment
@@ -75,8 +75,7 @@ def test_a_full_disk_is_one_line_and_keeps_every_earlier_file(tmp_path, monkeypa
     def full(tmp, dst):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(records, "fsync_replace", full)
-    monkeypatch.setattr(checkpoint, "fsync_replace", full)
+    monkeypatch.setattr(outfiles, "_rename", full)
     code = main(_argv(tmp_path, "--force", "--set", "keep_checkpoints=true"))
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "No space left on device" in err and "Traceback" not in err

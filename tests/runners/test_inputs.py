@@ -153,7 +153,7 @@ def test_bad_config_file(text, expected, capsys, tmp_path):
 
 
 def test_config_that_is_a_directory(capsys, tmp_path):
-    _one_line_error(RUN + ["--config", str(tmp_path), "--no-progress"], "is a directory, not a YAML file", capsys)
+    _one_line_error(RUN + ["--config", str(tmp_path), "--no-progress"], "is a directory, not a regular file", capsys)
 
 
 # ------------------------------------------------------------------------------ sweeps

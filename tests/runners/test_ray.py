@@ -19,6 +19,7 @@ from fedbench.runners.core.experiment import Experiment  # noqa: E402
 from fedbench.runners.outputs.summary import PROCESS_MEASURES  # noqa: E402
 
 from smoke import SMALL_TASK_CONFIGS, one_per_family  # noqa: E402
+from helpers import run_ok
 
 RUN = dict(rounds=2, clients=4, per_round=4)
 
@@ -61,10 +62,9 @@ def private_head_method():
 
 
 def _run(tmp_path, method, runner):
-    exp = Experiment(method, "tiny_text", {**RUN, "out": str(tmp_path / runner), "runner": runner, "workers": 2},
-                     task_config=SMALL_TASK_CONFIGS["tiny_text"])
-    rec, path = exp.run()
-    assert rec["status"] == "ok", rec["error"]
+    workers = {"workers": 2} if runner == "ray" else {}  # --workers is the ray executor's only
+    rec, _, exp = run_ok(method, "tiny_text", {**RUN, "out": str(tmp_path / runner), "runner": runner, **workers},
+                         task_config=SMALL_TASK_CONFIGS["tiny_text"])
     return rec, exp
 
 

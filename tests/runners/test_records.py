@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from fedbench.integrity import content_hash
 from fedbench.errors import UserError
 from fedbench.records import (
     SCHEMA_VERSION,
@@ -228,8 +229,9 @@ def test_write_record_round_trip_and_format(tmp_path):
     assert path == tmp_path / "a" / "b" / "run.json"
     text = path.read_text(encoding="utf-8")
     assert text.endswith("}\n") and not text.endswith("\n\n")
-    assert text == json.dumps(rec, sort_keys=True, indent=2) + "\n"
-    assert json.loads(text) == rec
+    sealed = {**rec, "integrity": {"sha256": content_hash(rec)}}  # fedbench.integrity: checked on reading
+    assert text == json.dumps(sealed, sort_keys=True, indent=2) + "\n"
+    assert json.loads(text) == sealed
     assert os.listdir(path.parent) == ["run.json"]  # no temp file left behind
 
 

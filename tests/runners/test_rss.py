@@ -6,18 +6,16 @@ import sys
 import pytest
 
 from fedbench.runners.cost import meters
-from fedbench.runners.core.experiment import Experiment
 from fedbench.records import validate_record
 
 from smoke import SMALL_TASK_CONFIGS
+from helpers import run_ok
 
 RUN = {"rounds": 1, "clients": 3, "per_round": 3, "max_steps": 1}
 
 
 def _run(tmp_path):
-    rec, path = Experiment("fedavg", "tiny_text", {**RUN, "out": str(tmp_path)},
-                           task_config=SMALL_TASK_CONFIGS["tiny_text"]).run()
-    assert rec["status"] == "ok", rec["error"]
+    rec, path, _ = run_ok("fedavg", "tiny_text", {**RUN, "out": str(tmp_path)}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
     validate_record(json.loads(path.read_text()))
     return rec["cost"]
 

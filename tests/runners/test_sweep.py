@@ -1,4 +1,5 @@
-"""Sweep presets expand to the product of their lists and skip finished runs."""
+"""Sweep presets expand to the product of their lists and skip finished runs (the runs train
+nobody: ``executor: stub``, tests/stub.py)."""
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_unknown_preset_key():
 def test_sweep_skips_finished_runs(tmp_path, capsys):
     preset = tmp_path / "p.yaml"
     task_cfg = ", ".join(f"{k}: {v}" for k, v in SMALL_TASK_CONFIGS["tiny_text"].items())
-    preset.write_text(f"task: tiny_text\nmethods: [fedavg]\nseeds: [0, 1]\nrun: {{rounds: 1, clients: 2}}\n"
+    preset.write_text(f"task: tiny_text\nmethods: [fedavg]\nseeds: [0, 1]\nrun: {{rounds: 1, clients: 2, executor: stub}}\n"
                       f"task_config: {{{task_cfg}}}\nout: {tmp_path / 'res'}\n")
     assert main(["sweep", str(preset), "--no-progress"]) == 0
     first = capsys.readouterr().out
@@ -50,7 +51,7 @@ def test_a_sweep_loads_each_task_once(tmp_path, monkeypatch):
     monkeypatch.setattr(TinyText, "load", lambda self: calls.append(1) or load(self))
     preset = tmp_path / "p.yaml"
     preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedavg", "fed_hello_gd_uniform"],
-                                      "seeds": [0], "run": {"rounds": 1, "clients": 2, "per_round": 2},
+                                      "seeds": [0], "run": {"rounds": 1, "clients": 2, "per_round": 2, "executor": "stub"},
                                       "task_config": {"n_train": 80, "n_test": 40}, "out": str(tmp_path / "r")}))
     assert main(["sweep", str(preset), "--no-progress"]) == 0
     assert len(calls) == 1
@@ -65,7 +66,7 @@ def test_only_runs_part_of_a_preset_with_the_same_run_ids(tmp_path, capsys):
 
     preset = tmp_path / "p.yaml"
     preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedavg", "fedra"], "settings": ["iid", "2/-"],
-                                      "seeds": [0, 1], "run": {"rounds": 1, "per_round": 2},
+                                      "seeds": [0, 1], "run": {"rounds": 1, "per_round": 2, "executor": "stub"},
                                       "resources": [{"clients": 2}, {"clients": 3, "rounds": 2}],
                                       "task_config": {"n_train": 80, "n_test": 40}, "out": str(tmp_path / "r")}))
     runs = load_sweep(preset)

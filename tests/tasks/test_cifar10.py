@@ -13,6 +13,7 @@ import torch
 
 from fedbench.errors import UserError
 from fedbench.tasks.cifar10 import MEAN, STD, Cifar10, Cifar10Config
+from helpers import load_error
 
 NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -121,10 +122,7 @@ def rewrite(path: Path, edit, protocol=pickle.DEFAULT_PROTOCOL):
 
 
 def one_line_error(root) -> str:
-    with pytest.raises(UserError) as e:
-        Cifar10(Cifar10Config(data_dir=str(root))).load()
-    assert "\n" not in str(e.value)
-    return str(e.value)
+    return load_error(Cifar10(Cifar10Config(data_dir=str(root))))
 
 
 @pytest.mark.parametrize("file", ["data_batch_2", "test_batch", "batches.meta"])

@@ -12,6 +12,7 @@ import torch
 from fedbench.errors import UserError
 from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.cifar100 import Cifar100, Cifar100Config
+from helpers import load_error
 
 NAMES = ["apple", "aquarium_fish", "baby", "bear", "beaver"]
 
@@ -113,10 +114,7 @@ def rewrite(path: Path, edit):
 
 
 def one_line_error(root) -> str:
-    with pytest.raises(UserError) as e:
-        Cifar100(Cifar100Config(data_dir=str(root), model="vit_tiny_test")).load()
-    assert "\n" not in str(e.value)
-    return str(e.value)
+    return load_error(Cifar100(Cifar100Config(data_dir=str(root), model="vit_tiny_test")))
 
 
 @pytest.mark.parametrize("file", ["train", "test", "meta"])

@@ -23,6 +23,7 @@ from fedbench.runners.cli.cli import main as cli_main
 from fedbench.runners.core.experiment import Experiment
 from fedbench.tasks.base import TaskData
 from fedbench.tasks.image_domains import DomainNet, DomainNetConfig
+from helpers import load_error
 
 
 PACS = shared_data("pacs")
@@ -190,10 +191,7 @@ def test_pacs_fedra_rounds(tmp_path):
 
 # ------------------------------------------------------------------ what the folder may hold
 def one_line_error(root, **kw) -> str:
-    with pytest.raises(UserError) as e:
-        task(root, **kw).load()
-    assert "\n" not in str(e.value)
-    return str(e.value)
+    return load_error(task(root, **kw))
 
 
 def set_line(split_file: Path, n: int, text: str) -> None:
