@@ -69,7 +69,7 @@ def unknown_key(kind: str, key: str, choices: list[str]) -> UserError:
 
 
 #: ``@METHODS.register("key", ..., aliases=("a", ...))`` up to the class or function it decorates
-_DECLARATION = re.compile(r'@(\w+)\.register\(\s*"([^"]+)"(.*?)\n(?:class|def) ', re.S)
+_DECLARATION = re.compile(r'@(\w+)\.register\(\s*(?:"([^"]+)"|([A-Z_][A-Z0-9_]*))(.*?)\n(?:class|def) ', re.S)
 _ALIASES = re.compile(r"aliases=\(([^)]*)\)")
 
 
@@ -90,8 +90,11 @@ def declared_keys(package: str, registry: str) -> list[str]:
             text = path.read_text(encoding="utf-8")
             if f"@{registry}.register(" not in text:
                 continue
-            for name, key, rest in _DECLARATION.findall(text):
-                if name == registry:
+            for name, key, const, rest in _DECLARATION.findall(text):
+                if const:  # register(NAME, ...) with NAME = "key" in the same module
+                    found = re.search(rf'^{const}\s*(?::[^=]*)?=\s*"([^"]+)"', text, re.M)
+                    key = found.group(1) if found else ""
+                if name == registry and key:
                     aliases = _ALIASES.search(rest)
                     keys += [key] + (re.findall(r'"([^"]+)"', aliases.group(1)) if aliases else [])
     return sorted(keys)
@@ -109,9 +112,18 @@ def check_declared(kind: str, key: str) -> None:
     package, registry, group = DECLARING[kind]
     known = declared_keys(package, registry)
     if key not in known:
-        known += [ep.name for ep in plugin_entry_points(group)]
+        known += [ep.name for ep in plugin_entry_points(group)] + loaded_keys(package, registry)
         if key not in known:
             raise unknown_key(kind, key, known)
+
+
+def loaded_keys(module: str, registry: str) -> list[str]:
+    """The keys and aliases registered so far in ``module``'s ``registry`` when that module is
+    imported already (a caller's own registrations, e.g. a test's), without loading anything."""
+    import sys
+
+    reg = getattr(sys.modules.get(module), registry, None)
+    return [] if reg is None else sorted([*reg._entries, *reg._aliases])
 
 
 class Registry(Generic[T]):

@@ -45,7 +45,10 @@ def executor_keys() -> list[str]:
     """The executors the source declares (``--executor``'s choices, listed by ``run --help``)."""
     from fedbench.registry import declared_keys
 
-    return declared_keys("fedbench.runners.executors", "EXECUTORS")
+    from fedbench.registry import loaded_keys
+
+    declared = declared_keys("fedbench.runners.executors", "EXECUTORS")
+    return sorted({*declared, *loaded_keys("fedbench.runners.executors.executor", "EXECUTORS")})
 
 
 def preflight_run(args) -> None:

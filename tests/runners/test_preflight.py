@@ -130,7 +130,7 @@ def test_run_help_lists_every_executor(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "(registered: local, packed, ray)" in text
+    assert "(registered: local, packed, ray" in text  # and any registered in this process (a test's stub)
 
 
 def test_the_latency_benchmark_prints_each_ratio(capsys):
