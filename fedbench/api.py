@@ -20,17 +20,19 @@ from typing import Any, Mapping, Sequence
 
 def run(method: str, task: str, *, method_config: Mapping[str, Any] | None = None,
         task_config: Mapping[str, Any] | None = None, callbacks: Sequence[Any] = (), progress: bool = False,
-        force: bool = False, **fields: Any) -> dict:
+        force: bool = False, profile: str | None = None, **fields: Any) -> dict:
     """Run ``method`` on ``task`` and return its result record (a dict, the schema of
     :mod:`fedbench.schema`); the record is also written under ``out`` (default
     ``results``). ``callbacks``: :class:`~fedbench.runners.outputs.callbacks.Callback` objects (a
     logger, a tracker) that see every round; the built-in trackers and the saved model are
-    run fields like any other: ``log=["tensorboard"]``, ``save_model=True``."""
+    run fields like any other: ``log=["tensorboard"]``, ``save_model=True``. ``profile``: a
+    profile the task declares (``fedbench run --profile``, e.g. ledgar's ``"cpu"``), whose
+    values fill the fields left unset."""
     from fedbench.records import is_finished, prepare_out_dir, read_record_file
     from fedbench.runners.cli.launch import execute
     from fedbench.runners.core.spec import build_spec
 
-    spec = build_spec(method, task, fields, method_config, task_config)
+    spec = build_spec(method, task, fields, method_config, task_config, profile=profile)
     prepare_out_dir(spec.run.out)
     path = spec.record_path()
     if is_finished(path) and not force:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from fedbench.config import AXIS, RECORD, RUNTIME, FieldSpec, cfg_field, check, check_int, field_specs
 from fedbench.errors import UserError
+from fedbench.numbers import exact_number
 
 
 #: more torch threads (or Ray workers) than any machine has cores: refused before set-up
@@ -38,6 +40,27 @@ def eval_period(rounds: int, eval_every: int | None, tiny: bool) -> int:
     if eval_every is not None:
         return eval_every
     return max(1 if tiny else REAL_TASK_MIN_PERIOD, -(-rounds // EVAL_POINTS))
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def parse_roc_exact(roc: str) -> list[Fraction]:
+    """The tier shares of ``--roc a:b:c`` as exact fractions a/(a+b+c), ... (decimal ratios
+    such as 0.6:0.4 are read exactly as written, not as binary floats)."""
+    try:
+        parts = [exact_number(p) for p in roc.split(":")]
+    except ValueError as e:
+        raise UserError(f"malformed --roc {_short(roc)}: expected ratios like 6:3:1 ({e})") from None
+    if len(parts) < 1 or any(p < 0 for p in parts) or sum(parts) <= 0:
+        raise UserError(f"malformed --roc {_short(roc)}: expected non-negative ratios like 6:3:1")
+    total = sum(parts)
+    return [p / total for p in parts]
+
+
+def parse_roc(roc: str) -> list[float]:
+    return [float(f) for f in parse_roc_exact(roc)]
 
 
 @dataclass(frozen=True)
@@ -130,8 +153,9 @@ class RunConfig:
             "<out>/logs/<tracker>/ (repeat the flag for several; each needs its extra: pip install "
             "'fedbench-peft[tensorboard]', [mlflow] or [wandb])", role=RUNTIME, flag=True)
     executor: str = cfg_field(
-        "local", "what executes a round's client jobs: local (one after another in this process), ray (a pool of "
-                 "--workers Ray actors; pip install 'fedbench-peft[ray]'); --runner is an older name",
+        "local", "what executes a round's client jobs: local (one after another in this process), packed (clients "
+                 "sharing a backbone in one forward/backward per step), ray (a pool of --workers Ray actors; pip "
+                 "install 'fedbench-peft[ray]'); --runner is an older name",
         role=RUNTIME, flag="--executor", aliases=("runner",))
     workers: int = cfg_field(1, "client workers of the ray executor (Ray actors, each with its own model pool)",
                              role=RUNTIME, flag=True)
@@ -224,4 +248,5 @@ def flag_fields() -> list[tuple[str, FieldSpec]]:
         [("task", f) for f in field_specs(TaskConfig) if f.flag]
 
 
-__all__ = ["EVAL_POINTS", "REAL_TASK_MIN_PERIOD", "RunConfig", "TaskConfig", "eval_period", "flag_fields"]
+__all__ = ["EVAL_POINTS", "REAL_TASK_MIN_PERIOD", "RunConfig", "TaskConfig", "eval_period", "flag_fields", "parse_roc",
+           "parse_roc_exact"]

@@ -1,8 +1,11 @@
 """Registries of methods, tasks and executors.
 
 A registry maps a lowercase snake-case key to a factory and a one-line description.
-Modules register themselves with a decorator; the package ``__init__`` imports every
-module of its folder (``import_submodules``) so adding a method touches one file.
+Modules register themselves with a decorator; a registry given its ``package`` imports
+every module of that folder (``import_submodules``) the first time it is read, so adding a
+method touches one file and importing ``fedbench.methods`` or ``fedbench.tasks`` (or one of
+their torch-free modules, such as ``fedbench.tasks.setting``) imports no torch.
+:func:`declared_keys` reads the keys from the source without importing it.
 
 Plugins: a registry with an entry-point ``group`` (``fedbench.methods``,
 ``fedbench.tasks``) also holds what installed packages declare there, loaded the first
@@ -26,6 +29,7 @@ import difflib
 import importlib
 import logging
 import pkgutil
+import re
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
@@ -55,19 +59,97 @@ def plugin_entry_points(group: str | None = None) -> list:
 PLUGIN_GROUPS = ("fedbench.methods", "fedbench.tasks")
 
 
+def unknown_key(kind: str, key: str, choices: list[str]) -> UserError:
+    """The one line for a key no registry holds, with the nearest one as a hint (the
+    registry's own error, and the CLI's check before the imports: :func:`declared_keys`)."""
+    choices = sorted(choices)
+    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.0)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return UserError(f"unknown {kind} {key!r}{hint} (choose from: {', '.join(choices)})")
+
+
+#: ``@METHODS.register("key", ..., aliases=("a", ...))`` up to the class or function it decorates
+_DECLARATION = re.compile(r'@(\w+)\.register\(\s*(?:"([^"]+)"|([A-Z_][A-Z0-9_]*))(.*?)\n(?:class|def) ', re.S)
+_ALIASES = re.compile(r"aliases=\(([^)]*)\)")
+
+
+def declared_keys(package: str, registry: str) -> list[str]:
+    """Every key and alias ``registry`` (its name in the source, e.g. ``METHODS``) is given
+    by a ``@REGISTRY.register(...)`` decorator in a module of ``package``, read from the
+    source text without importing it (so without torch): what ``fedbench run`` checks a
+    ``--method`` against before the imports. A test checks it equals the registry's keys
+    and aliases once the modules are imported. Plugins are not in it
+    (:func:`plugin_entry_points` lists their names)."""
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    spec = find_spec(package)
+    keys: list[str] = []
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for path in sorted(Path(folder).glob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if f"@{registry}.register(" not in text:
+                continue
+            for name, key, const, rest in _DECLARATION.findall(text):
+                if const:  # register(NAME, ...) with NAME = "key" in the same module
+                    found = re.search(rf'^{const}\s*(?::[^=]*)?=\s*"([^"]+)"', text, re.M)
+                    key = found.group(1) if found else ""
+                if name == registry and key:
+                    aliases = _ALIASES.search(rest)
+                    keys += [key] + (re.findall(r'"([^"]+)"', aliases.group(1)) if aliases else [])
+    return sorted(keys)
+
+
+#: kind -> (package, the registry's name in its source, the plugins' entry-point group)
+DECLARING = {"method": ("fedbench.methods", "METHODS", "fedbench.methods"),
+             "task": ("fedbench.tasks", "TASKS", "fedbench.tasks")}
+
+
+def check_declared(kind: str, key: str) -> None:
+    """Raise the registry's own :func:`unknown_key` line when ``key`` is no built-in key or
+    alias of ``kind`` (:data:`DECLARING`) and no installed plugin's, without importing the
+    modules (the checks before torch is imported)."""
+    package, registry, group = DECLARING[kind]
+    known = declared_keys(package, registry)
+    if key not in known:
+        known += [ep.name for ep in plugin_entry_points(group)] + loaded_keys(package, registry)
+        if key not in known:
+            raise unknown_key(kind, key, known)
+
+
+def loaded_keys(module: str, registry: str) -> list[str]:
+    """The keys and aliases registered so far in ``module``'s ``registry`` when that module is
+    imported already (a caller's own registrations, e.g. a test's), without loading anything."""
+    import sys
+
+    reg = getattr(sys.modules.get(module), registry, None)
+    return [] if reg is None else sorted([*reg._entries, *reg._aliases])
+
+
 class Registry(Generic[T]):
-    def __init__(self, kind: str, group: str | None = None, base: str | None = None):
+    """Keys of one kind. ``package`` (e.g. ``fedbench.methods``): the package whose modules
+    register the built-in entries, imported the first time the registry is read (so that
+    importing the package, or a module of it such as ``fedbench.tasks.setting``, does not
+    import every method or task and torch with them). ``base``: ``"module:Class"`` every
+    entry must subclass."""
+
+    def __init__(self, kind: str, group: str | None = None, base: str | None = None, package: str | None = None):
         self.kind = kind
         self.group = group  # entry-point group of plugins (None: no plugins)
         self.base = base  # "module:Class" every entry must subclass (None: anything)
+        self.package = package
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}
-        self._plugins_loaded = group is None
+        self._plugins_loaded = group is None and package is None
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
             return
-        self._plugins_loaded = True
+        self._plugins_loaded = True  # first: a module imported below may read the registry
+        if self.package is not None:
+            import_submodules(self.package)
+        if self.group is None:
+            return
         for ep in plugin_entry_points(self.group):
             if ep.name in self._entries or ep.name in self._aliases:
                 log.warning("%s plugin %r (%s) is named like a built-in %s: skipped, the built-in is kept",
@@ -122,10 +204,7 @@ class Registry(Generic[T]):
             return key
         if key in self._aliases:
             return self._aliases[key]
-        choices = sorted(list(self._entries) + list(self._aliases))
-        close = difflib.get_close_matches(key, choices, n=1, cutoff=0.0)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise UserError(f"unknown {self.kind} {key!r}{hint} (choose from: {', '.join(choices)})")
+        raise unknown_key(self.kind, key, list(self._entries) + list(self._aliases))
 
     def get(self, key: str) -> T:
         return self._entries[self.resolve(key)].obj

@@ -14,7 +14,7 @@ from fedbench.leaderboard.groups import Section, raw_variant, show_value
 from fedbench.leaderboard.render import esc
 from fedbench.leaderboard.table import BUDGET_FIELDS, value_key
 
-__all__ = ["MIN_SEEDS", "budget_line", "estimate", "other_budgets"]
+__all__ = ["MIN_SEEDS", "budget_line", "estimate", "other_budgets", "seconds_per_round", "timing_source"]
 
 #: the fewest seeds a run not done here is costed with (the evidence presets' rule)
 MIN_SEEDS = 5
@@ -45,28 +45,35 @@ def _seeds_recorded(c: Claim, recs: list[dict], method: str) -> set:
             and (r["run"].get("resource_label") or "-") == c.roc and has_fields(r, c.where)}
 
 
-def _timing_source(m: str, other: str, c: Claim, task_recs: list[dict]) -> tuple[list[dict], str]:
-    """The records that time ``m``'s missing runs, and what they are: ``m``'s own (those at the
-    claim's ``where``, else at its fields other than rounds, else all), else the other method's
-    (chosen the same way), else every record of the task; the label says which, so a method
-    never run here is not passed off as measured."""
-    shape = tuple((k, v) for k, v in c.where if k != "rounds")  # s/round does not depend on rounds
+def timing_source(m: str, other: str | None, where: tuple, task: str,
+                  task_recs: list[dict]) -> tuple[list[dict], str]:
+    """The records that time ``m``'s missing runs, and what they are: ``m``'s own (those at
+    ``where``, else at its fields other than rounds, else all), else ``other``'s (chosen the
+    same way), else every record of the task; the label says which, so a method never run
+    here is not passed off as measured. The claims report and ``fedbench sweep --dry-run``
+    (:func:`~fedbench.leaderboard.sweep_cost.run_estimate`) time runs with it."""
+    shape = tuple((k, v) for k, v in where if k != "rounds")  # s/round does not depend on rounds
     for who, label in ((m, f"{m}'s"), (other, f"no record of {m}: {other}'s")):
         own = [r for r in task_recs if r["run"]["method"] == who]
         if not own:
             continue
-        for fields, at in ((c.where, ""), (shape, " at other round counts"), ((), " at other budgets")):
+        for fields, at in ((where, ""), (shape, " at other round counts"), ((), " at other budgets")):
             src = [r for r in own if has_fields(r, fields)]
             if src:
                 return src, f"{label} {len(src)} records{at}"
-    return task_recs, f"no record of {m}: all {len(task_recs)} records of {c.task}"
+    return task_recs, f"no record of {m}: all {len(task_recs)} records of {task}"
+
+
+def seconds_per_round(recs: list[dict]) -> float | None:
+    """Measured s/round of ``recs``: mean ``seconds_total`` / rounds completed (None: none timed)."""
+    return _per_round(recs, "seconds_total")
 
 
 def estimate(c: Claim, task_recs: list[dict]) -> str:
     """The command for the claim's missing runs and their estimated cost. Per method: the runs
     still missing (the task's seeds, at least :data:`MIN_SEEDS`, less the seeds already recorded
     in the claim's cell) x rounds (the claim's ``where``, else its records') x measured s/round
-    (``seconds_total`` / rounds of the records :func:`_timing_source` picks: its own where it
+    (``seconds_total`` / rounds of the records :func:`timing_source` picks: its own where it
     has any, and the text says which); and the training work those runs would do (measured TFLOPs per round,
     same records), from which a GPU's time follows at its sustained rate. The command is
     :meth:`Claim.run_command`."""
@@ -84,8 +91,8 @@ def estimate(c: Claim, task_recs: list[dict]) -> str:
         runs = max(0, seeds - done)
         if not runs:
             continue
-        src, label = _timing_source(m, other, c, task_recs)
-        spr = _per_round(src, "seconds_total")
+        src, label = timing_source(m, other, c.where, c.task, task_recs)
+        spr = seconds_per_round(src)
         if spr is None:
             return f"{cmd}; cost not estimated (no timed record for {esc(m)})"
         rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["run_config"]["rounds"] for r in src)

@@ -238,6 +238,11 @@ class Task:
     run_defaults: ClassVar[RunDefaults] = RunDefaults()
     #: name of the task's headline metric (what ``evaluate`` reports)
     metric_name: ClassVar[str] = "top1"
+    #: named sizes of the task for a machine (``fedbench run --profile cpu``): per profile, the
+    #: ``run`` and ``task`` field values it fills in where the user set none (flags, --set and
+    #: --config win); the run is the run of those values, its id the same as when they are
+    #: given by hand. Empty: the task has none.
+    profiles: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}
 
     def __init__(self, config: TaskConfig):
         self.config = config

@@ -111,7 +111,8 @@ def _missing(why: str, data_dir: str | None) -> UserError:
     if data_dir:
         return UserError(f"ledgar: {why} (--data-dir needs {LAYOUT})")
     return UserError(f"ledgar: {why}; download HF dataset {HF_ID} (config {HF_CONFIG}) or pass --data-dir <folder> "
-                     f"with {LAYOUT}")
+                     f"with {LAYOUT}; offline: --data-dir ../shared/data/licenses (LEDGAR's schema, 23 classes), "
+                     f"on a CPU with --profile cpu (MiniLM, 32 tokens, 10 clients, minutes)")
 
 
 def row_checker(names: list[str], names_from: str):
@@ -208,6 +209,11 @@ class Ledgar(ClassificationTask):
     metric_name = "macro_f1"
     # Fed-HeLLo: AdamW, batch 128, 100 clients (the paper gives no learning rate; 1e-3 for LoRA + head is ours)
     run_defaults = RunDefaults(optimizer="adamw", lr=1e-3, batch_size=128, clients=100)
+    #: ``--profile cpu``: a run that ends in minutes on a 2-core CPU (README's real-data quick
+    #: start, measured there): the offline MiniLM encoder at 32 tokens (the licenses preset's
+    #: size), 10 clients, 5 per round, batch 16, 5 rounds of at most 20 local steps, lr 0.005
+    profiles = {"cpu": {"run": dict(clients=10, per_round=5, batch_size=16, rounds=5, max_steps=20, lr=0.005),
+                        "task": dict(model="minilm-l6", seq_len=32)}}
 
     def load(self) -> TaskData:
         """Read, check and encode the splits; ``info["tokenizer"]`` is what encoded them."""

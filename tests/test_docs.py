@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "docs" / "examples"
 #: what a build reads: the config, the pages and hooks, the code, the included files
 SITE_SOURCES = ("mkdocs.yml", "pyproject.toml", "CHANGELOG.md", "docs", "fedbench", "methods", "tasks", "runners",
-                "leaderboard", "tests/fixtures/plugin")
+                "leaderboard", "templates/plugin")
 
 
 def build(root: Path, out: Path) -> subprocess.CompletedProcess:

@@ -1,6 +1,7 @@
 """A user's own package adds a method and a task through entry points, without touching
-fedbench: installed (its module and dist-info on the path, as pip leaves them), both are
-listed, run from the CLI and from the Python API."""
+fedbench: the plugin template (``templates/plugin/``, a package with a ``pyproject.toml``)
+is installed with pip into a folder of its own, then both are listed, run from the CLI and
+from the Python API."""
 
 from __future__ import annotations
 
@@ -13,14 +14,22 @@ from pathlib import Path
 
 import pytest
 
-FIXTURE = Path(__file__).parent / "fixtures" / "plugin" / "site"
+TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "plugin"
 
 
-@pytest.fixture
-def site(tmp_path):
-    """The plugin installed into a site folder of its own."""
-    target = tmp_path / "site"
-    shutil.copytree(FIXTURE, target)
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The template installed by pip (offline: no dependencies, this environment's setuptools)
+    into a site folder of its own, from a copy (a build leaves files beside its sources)."""
+    tmp = tmp_path_factory.mktemp("plugin")
+    src, target = tmp / "src", tmp / "site"
+    shutil.copytree(TEMPLATE, src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                        "--quiet", "--target", str(target), str(src)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert (target / "fedbench_blobs_plugin" / "methods.py").is_file()
+    eps = next(target.glob("fedbench_blobs_plugin-*.dist-info")) / "entry_points.txt"
+    assert "uniform_avg = fedbench_blobs_plugin.methods:UniformAvg" in eps.read_text()
     return target
 
 

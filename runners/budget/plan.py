@@ -16,6 +16,7 @@ Simulated: seconds (the catalogue's rates).
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 
 from fedbench.errors import UserError
@@ -76,17 +77,25 @@ def meta_planner(shape, method_cls, cfg, batch: dict, settings: TrainSettings) -
 
 def plan_rows(model: str | None, model_config: str | None, methods: list[str], devices: dict[str, Device],
               batch_size: int, seq_len: int, steps: int, optimizer: str, lora_r: int, targets: str,
-              dropout: float, precision: str, n_classes: int, explicit: bool = True) -> tuple[list[Row], str]:
+              dropout: float, precision: str, n_classes: int, explicit: bool = True,
+              progress=None) -> tuple[list[Row], str]:
     """The table's rows and the model's description (``explicit``: the methods were named;
-    otherwise those that cannot train this model are left out silently)."""
+    otherwise those that cannot train this model are left out silently). ``progress``, a
+    callable, gets a line as each method's rows are done (``[2/18] fedra: 3 rows, 4.1 s``)."""
+    import time
+
     from fedbench.methods import METHODS
     from fedbench.methods.paper_defaults import paper_defaults
 
     shape = shape_of(model, model_config, n_classes, seq_len)
     settings = step_settings(batch_size, optimizer)
     batch = shape.batch(batch_size, seq_len)
-    rows = []
-    for key in methods:
+    rows: list[Row] = []
+    t0 = time.perf_counter()
+    for i, key in enumerate(methods):
+        if progress is not None and i:
+            progress(f"[{i}/{len(methods)}] {methods[i - 1]}: {time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
         cls = METHODS.get(key)
         if shape.task.kind not in cls.task_kinds or cls.needs_archs or cls.needs_parts:
             if explicit:  # asked for by name: say why it has no row of figures
@@ -116,6 +125,8 @@ def plan_rows(model: str | None, model_config: str | None, methods: list[str], d
             sec = client_seconds(dev, p.figures.flops * steps, t.down_bytes, t.up_bytes, precision)["total"]
             rows.append(Row(key, name, True, "", p.layers, p.rank, False, len(p.plan.train_layers),
                             p.accounted_bytes / GB, p.figures.flops / 1e12, (t.down_bytes + t.up_bytes) / MB, sec))
+    if progress is not None and methods:
+        progress(f"[{len(methods)}/{len(methods)}] {methods[-1]}: {time.perf_counter() - t0:.1f} s")
     return rows, shape.source
 
 
@@ -155,7 +166,8 @@ def cmd_plan(args) -> int:
     devices = {n: catalog[n] for n in names}
     rows, source = plan_rows(args.model, args.model_config, methods, devices, args.batch_size, args.seq_len,
                              args.steps, args.optimizer, args.lora_r, args.lora_targets, args.lora_dropout, args.precision,
-                             args.n_classes, explicit=bool(args.methods))
+                             args.n_classes, explicit=bool(args.methods),
+                             progress=lambda line: print(f"fedbench plan: {line}", file=sys.stderr, flush=True))
     print(render(rows, source, devices, args), end="")
     return 0
 

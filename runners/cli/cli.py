@@ -40,6 +40,10 @@ def _add_field_flag(p: argparse.ArgumentParser, section: str, f) -> None:
 
     names = [f.flag] + [f"--{a.replace('_', '-')}" for a in f.aliases]
     kw: dict[str, Any] = dict(dest=f"{section}.{f.name}", default=None, help=f.help)
+    if (section, f.name) == ("run", "executor"):  # every executor the source declares
+        from fedbench.runners.cli.preflight import executor_keys
+
+        kw["help"] = f"{f.help} (registered: {', '.join(executor_keys())})"
     if f.type is bool:  # --measure-flops / --no-measure-flops
         p.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
         return
@@ -59,6 +63,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="task key (see `fedbench list tasks`)")
     for section, f in flag_fields():
         _add_field_flag(p, section, f)
+    p.add_argument("--profile", metavar="NAME", help="sizes the task declares for a machine, filling the fields "
+                   "left unset (e.g. ledgar's cpu: MiniLM, 32 tokens, 10 clients, 5 rounds: minutes on 2 cores); "
+                   "the run is that of the same values given by hand")
     p.add_argument("--config", help="YAML file with sections run / method / task")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field: method.t_rgd=2, task.seq_len=128, lr=0.01 (run)")
@@ -85,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="run methods x settings x resources x seeds from a YAML preset (skips done runs)")
     sw.add_argument("preset", help="YAML preset (see benchmarks/)")
     sw.add_argument("--out", help="records directory (overrides the preset)")
-    sw.add_argument("--dry-run", action="store_true", help="list the runs and whether they are done")
+    sw.add_argument("--dry-run", action="store_true", help="list the runs, whether they are done, and each run "
+                    "to do's estimated cost and the total (measured s/round of the records, as `fedbench claims`)")
+    sw.add_argument("--timing-records", action="append", default=["leaderboard/records"], metavar="DIR",
+                    help="records that time --dry-run's estimates besides the sweep's own (default: "
+                    "leaderboard/records; repeatable)")
     sw.add_argument("--no-progress", action="store_true")
     sw.add_argument("--only", action="append", metavar="KEY=V1,V2",
                     help="run only the preset's runs whose method, setting, seed, clients or roc is one of "
@@ -217,6 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fedbench.runners.cli.listing import cmd_list
 
             return cmd_list(args)
+        if args.cmd in ("run", "sweep"):
+            from fedbench.runners.cli.preflight import preflight_run, preflight_sweep
+
+            (preflight_run if args.cmd == "run" else preflight_sweep)(args)  # common bad input, before torch
         if args.cmd in ("run", "sweep"):
             from fedbench.runners.cli.commands import cmd_run, cmd_sweep
             from fedbench.runners.core.signals import cancel_on_signals

@@ -9,31 +9,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
 
-from fedbench.configs import flag_fields
 from fedbench.errors import UserError, user_failure
 from fedbench.outfiles import check_output
 from fedbench.runners.outputs.callbacks import Callback
 from fedbench.runners.cli.launch import execute, summary_line
+from fedbench.runners.cli.preflight import gather_configs
 from fedbench.runners.outputs.tracking import trackers_for
-
-
-def gather_configs(args) -> tuple[dict, dict, dict]:
-    """run / method / task overrides from --config, flags and --set (later wins)."""
-    from fedbench.config import SECTIONS, load_yaml_config, parse_overrides
-
-    cfg: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
-    if args.config:
-        for s, v in load_yaml_config(args.config).items():
-            cfg[s].update(v)
-    for section, f in flag_fields():
-        value = getattr(args, f"{section}.{f.name}", None)
-        if value is not None:
-            cfg[section][f.name] = value
-    for s, v in parse_overrides(args.set).items():
-        cfg[s].update(v)
-    return cfg["run"], cfg["method"], cfg["task"]
 
 
 def load_callback(ref: str) -> Callback:
@@ -68,7 +50,7 @@ def cmd_run(args) -> int:
     from fedbench.runners.core.spec import build_spec
 
     run, method_cfg, task_cfg = gather_configs(args)
-    spec = build_spec(args.method, args.task, run, method_cfg, task_cfg)
+    spec = build_spec(args.method, args.task, run, method_cfg, task_cfg, profile=args.profile)
     callbacks = [load_callback(ref) for ref in args.callback]
     prepare_out_dir(spec.run.out)
     path = spec.record_path()
@@ -103,7 +85,8 @@ def cmd_sweep(args) -> int:
     parallel = None
     if args.workers is not None or args.address is not None:
         parallel = Parallel(args.workers, args.address, args.cpus_per_run, args.gpus_per_run, args.node_retries)
-    return run_sweep(runs, progress=not args.no_progress, parallel=parallel, dry_run=args.dry_run, warn=warn).status
+    return run_sweep(runs, progress=not args.no_progress, parallel=parallel, dry_run=args.dry_run, warn=warn,
+                     timing_records=tuple(args.timing_records)).status
 
 
 __all__ = ["cmd_run", "cmd_sweep", "gather_configs", "load_callback"]

@@ -5,9 +5,13 @@ bar moves through that share step by step while the client trains (``local`` exe
 :meth:`~fedbench.runners.outputs.callbacks.Callback.on_client_progress`) and to its end when the
 client finishes (every executor), so the ETA is there from the first step on. Its text
 says which round, client and step is running and the last score and training loss.
+Before it, a line per set-up phase (loading data, building the model, the initial
+evaluation) with its time.
 """
 
 from __future__ import annotations
+
+import sys
 
 from fedbench.runners.outputs.callbacks import Callback
 
@@ -20,6 +24,14 @@ class ProgressBar(Callback):
         self.share = 0.0  # of the current round, per training client
         self.done = 0  # training clients of the current round that finished
         self.moved = 0.0  # how far the bar moved within the current round
+
+    def on_phase_start(self, name):
+        """``label: loading data ...`` on stderr, before the bar: a run says what it does from its
+        first second (data, model and the initial evaluation come before round 1)."""
+        print(f"{self.label}: {name} ...", end="", file=sys.stderr, flush=True)
+
+    def on_phase_end(self, name, seconds):
+        print(f" {seconds:.1f} s", file=sys.stderr, flush=True)
 
     def on_run_start(self, spec, state):
         from tqdm.auto import tqdm

@@ -12,6 +12,7 @@ finished run prints its line; a cancelled run (SIGTERM, Ctrl-C) stops the sweep.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from fedbench.runners.core import sweep
@@ -41,13 +42,45 @@ class SweepResult:
     failed: int
 
 
+def estimate_todo(todo: list[tuple[str, SweepRun]], timing_records: tuple[str, ...], say: Callable[[str], None]) -> None:
+    """A line per run still to do with its estimated cost, and the total: measured s/round of
+    the records under the runs' output folders and ``timing_records`` (the committed records)
+    x rounds, timed as the claims report times a claim's missing runs
+    (:func:`~fedbench.leaderboard.sweep_cost.run_estimate`)."""
+    from fedbench.leaderboard.sweep_cost import run_estimate
+    from fedbench.records import load_records
+
+    roots: dict[Path, str] = {}  # each folder once, named as given
+    for p in [*(r.spec.run.out for _, r in todo), *timing_records]:
+        roots.setdefault(Path(p).resolve(), str(p))
+    recs = [rec for root in roots if root.is_dir() for rec in load_records(root)]
+    total, missing = 0.0, 0
+    for label, r in todo:
+        seconds, how = run_estimate(r.spec, [rec for rec in recs if rec["run"]["task"] == r.spec.task])
+        if seconds is None:
+            missing += 1
+            say(f"{label}: to run, cost not estimated ({how})")
+        else:
+            total += seconds
+            say(f"{label}: to run, est. {cpu_time(seconds)} ({how})")
+    unknown = f", {missing} not estimated" if missing else ""
+    say(f"sweep: {len(todo)} runs to do, est. {cpu_time(total)} in all{unknown} "
+        f"(measured s/round of the records under {', '.join(roots.values())})")
+
+
+def cpu_time(seconds: float) -> str:
+    return f"{seconds:.0f} CPU-s" if seconds < 60 else f"{seconds / 60:.1f} CPU-min"
+
+
 def run_sweep(runs: list[SweepRun], *, progress: bool = False, parallel: Parallel | None = None,
-              dry_run: bool = False, warn: Callable[[str], None], say: Callable[[str], None] = print) -> SweepResult:
-    """Run ``runs`` that are not done; ``say`` gets each progress line, ``warn`` each warning."""
+              dry_run: bool = False, warn: Callable[[str], None], say: Callable[[str], None] = print,
+              timing_records: tuple[str, ...] = ()) -> SweepResult:
+    """Run ``runs`` that are not done; ``say`` gets each progress line, ``warn`` each warning.
+    ``dry_run``: only say what is done and what each run to do would cost (timed from the
+    records of the runs' folders and ``timing_records``)."""
     todo, done = sweep.pending(runs, warn, say)
     if dry_run:
-        for label, _ in todo:
-            say(f"{label}: to run")
+        estimate_todo(todo, timing_records, say)
         return SweepResult(OK, len(runs), done, 0)
     if parallel is not None:
         from fedbench.runners.executors.ray_sweep import run_pending
@@ -66,4 +99,4 @@ def run_sweep(runs: list[SweepRun], *, progress: bool = False, parallel: Paralle
     return SweepResult(FAILED if failed else OK, len(runs), done, failed)
 
 
-__all__ = ["CANCELLED", "FAILED", "OK", "Parallel", "SweepResult", "run_sweep"]
+__all__ = ["CANCELLED", "FAILED", "OK", "Parallel", "SweepResult", "cpu_time", "estimate_todo", "run_sweep"]

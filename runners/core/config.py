@@ -48,9 +48,7 @@ def validate_run(method: str, task: str, run: Mapping[str, Any] | None, method_c
     allowed) on the first problem.
     """
     from fedbench.methods import METHODS
-    from fedbench.runners.core.tiers import parse_roc
     from fedbench.tasks import TASKS
-    from fedbench.tasks.partition import parse_setting
 
     method_key, task_key = METHODS.resolve(method), TASKS.resolve(task)
     method_cls, task_cls = METHODS.get(method_key), TASKS.get(task_key)
@@ -61,6 +59,23 @@ def validate_run(method: str, task: str, run: Mapping[str, Any] | None, method_c
     kind = task_cls.kind
     if kind is not None and kind not in method_cls.task_kinds:
         raise UserError(f"method {method_key!r} does not support {kind} tasks like {task_key!r}")
+    check_run(run_cfg)
+    if run_cfg.devices:  # every named device class needs a throughput at the run's precision (plan refuses too)
+        from fedbench.runners.budget.devices import load_catalog
+
+        catalog = load_catalog(run_cfg.device_catalog)
+        for name in dict.fromkeys(s.split(":", 1)[0].strip() for s in str(run_cfg.devices).split(",")):
+            if name in catalog:
+                catalog[name].rate(run_cfg.precision)
+    return method_key, task_key, run_cfg, method_cfg, task_cfg
+
+
+def check_run(run_cfg: RunConfig) -> None:
+    """What needs several run fields: the setting's grammar, ``--roc`` against the tier
+    fractions and ranks. Imports no torch (``fedbench run`` checks it before the imports)."""
+    from fedbench.configs import parse_roc
+    from fedbench.tasks.setting import parse_setting
+
     parse_setting(run_cfg.setting)
     if run_cfg.roc:
         fr = parse_roc(str(run_cfg.roc))
@@ -72,11 +87,3 @@ def validate_run(method: str, task: str, run: Mapping[str, Any] | None, method_c
             raise UserError(f"--roc {run_cfg.roc!r} has {len(fr)} tiers but run.tier_ranks lists "
                             f"{len(run_cfg.tier_ranks)} ranks ({','.join(map(str, run_cfg.tier_ranks))}); "
                             f"give one rank per tier")
-    if run_cfg.devices:  # every named device class needs a throughput at the run's precision (plan refuses too)
-        from fedbench.runners.budget.devices import load_catalog
-
-        catalog = load_catalog(run_cfg.device_catalog)
-        for name in dict.fromkeys(s.split(":", 1)[0].strip() for s in str(run_cfg.devices).split(",")):
-            if name in catalog:
-                catalog[name].rate(run_cfg.precision)
-    return method_key, task_key, run_cfg, method_cfg, task_cfg

@@ -16,6 +16,7 @@ re-run of a finished run leaves the finished record as it was.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -109,12 +110,19 @@ class Experiment:
 
     # -- set-up ------------------------------------------------------------------------------
     def setup(self) -> None:
-        spec, r = self.spec, self.spec.run
+        r = self.spec.run
         torch.set_num_threads(self.threads)
         np.random.seed(r.seed % 2**32)  # third-party code (timm, peft) may draw from these
         torch.manual_seed(r.seed)
         if self.data is None:
-            self.data = self.task.load()
+            with self.phase("loading data"):
+                self.data = self.task.load()
+        with self.phase("building the model"):
+            self._build()
+
+    def _build(self) -> None:
+        """The federation, the model pool, the tiers, the method and its worker."""
+        spec, r = self.spec, self.spec.run
         self.fed = fed = build_federation(spec, self.task.server_holdout, self.data)
         wspec = WorkerSpec.of(spec, str(self.device), self.threads)
         pool = ModelPool(self.task, self.data, spec.lora, r.seed, self.device)
@@ -136,6 +144,18 @@ class Experiment:
         self.evaluator = Evaluator(self.worker.method, self.task, am, fed, self.store, self.data.domain_names,
                                    spec.run.precision)
         self.worker_spec, self.profiles = wspec, profiles
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Tell the callbacks (the progress bar prints a line) that a set-up phase starts and ends."""
+        for cb in self.user_callbacks:
+            cb.on_phase_start(name)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            for cb in self.user_callbacks:
+                cb.on_phase_end(name, time.perf_counter() - t0)
 
     def make_executor(self) -> Executor:
         return EXECUTORS.get(self.spec.run.executor)(self.worker, self.worker_spec, self.data, self.profiles)
@@ -173,7 +193,8 @@ class Experiment:
                 if restored.discarded:
                     resume = {"from_round": 0, "discarded_checkpoint": restored.discarded}
                 if spec.run.eval_initial:
-                    self.state.initial_eval, _ = self.evaluator.evaluate(self.state.method, executor)
+                    with self.phase("initial evaluation"):
+                        self.state.initial_eval, _ = self.evaluator.evaluate(self.state.method, executor)
             loop = self.make_loop(executor, ckpt)
             for cb in loop.callbacks:
                 cb.on_run_start(spec, self.state)

@@ -137,13 +137,35 @@ class RunSpec:
                                                           "run_id": self.run_id}})
 
 
+def with_profile(task: str, profile: str | None, run: Mapping[str, Any] | None,
+                 task_config: Mapping[str, Any] | None) -> tuple[dict, dict]:
+    """``run`` and ``task_config`` with the values of the task's ``profile``
+    (:attr:`~fedbench.tasks.base.Task.profiles`) where they set none; an unknown profile is
+    one :class:`~fedbench.errors.UserError` line naming the task's profiles."""
+    run, task_config = dict(run or {}), dict(task_config or {})
+    if profile is None:
+        return run, task_config
+    from fedbench.errors import UserError
+    from fedbench.tasks import TASKS
+
+    key = TASKS.resolve(task)
+    profiles = TASKS.get(key).profiles
+    if profile not in profiles:
+        have = f"its profiles: {', '.join(sorted(profiles))}" if profiles else "it declares none"
+        raise UserError(f"task {key!r} has no profile {profile!r} ({have})")
+    values = profiles[profile]
+    return {**values.get("run", {}), **run}, {**values.get("task", {}), **task_config}
+
+
 def build_spec(method: str, task: str, run: Mapping[str, Any] | RunConfig | None = None,
                method_config: Mapping[str, Any] | None = None,
-               task_config: Mapping[str, Any] | None = None) -> RunSpec:
-    """Build and validate every config of one run and fill in the task's defaults; one
+               task_config: Mapping[str, Any] | None = None, profile: str | None = None) -> RunSpec:
+    """Build and validate every config of one run and fill in the task's defaults (first
+    its ``profile``'s values, where given, for the fields left unset); one
     :class:`~fedbench.errors.UserError` line on the first problem."""
     if isinstance(run, RunConfig):
         run = config_to_dict(run)
+    run, task_config = with_profile(task, profile, run, task_config)
     method_key, task_key, run_cfg, method_cfg, task_cfg = validate_run(method, task, run, method_config, task_config)
     from fedbench.methods import METHODS
     from fedbench.tasks import TASKS
@@ -164,4 +186,4 @@ def build_spec(method: str, task: str, run: Mapping[str, Any] | RunConfig | None
     return RunSpec(method_key, task_key, run_cfg, method_cls.resolve_config(method_cfg, task_cls.kind), task_cfg)
 
 
-__all__ = ["LoraSettings", "RunSpec", "build_spec"]
+__all__ = ["LoraSettings", "RunSpec", "build_spec", "with_profile"]

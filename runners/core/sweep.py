@@ -14,11 +14,13 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedbench.infiles import read_yaml
 from fedbench.errors import UserError
-from fedbench.runners.core.spec import RunSpec, build_spec
+
+if TYPE_CHECKING:
+    from fedbench.runners.core.spec import RunSpec
 
 #: key -> what it holds (for messages)
 PRESET_KEYS = {
@@ -130,6 +132,7 @@ def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
     are the same run (same run id: a duplicate seed, method variant or setting spelling)
     are refused."""
     from fedbench.methods import METHODS
+    from fedbench.runners.core.spec import build_spec
     from fedbench.tasks import TASKS
 
     preset = load_preset(path)
@@ -160,6 +163,35 @@ def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
         seen[spec.run_id] = r
         specs.append(spec)
     return [SweepRun(spec, label) for spec, label in zip(specs, run_labels(runs))]
+
+
+def check_preset_early(path: str | Path) -> None:
+    """The preset's checks that need no torch, with :func:`load_sweep`'s lines: YAML, keys and
+    their types, the task and methods (:func:`~fedbench.registry.check_declared`), every
+    run's run fields, setting and ``--roc`` (``fedbench sweep`` makes them before the
+    imports; :func:`load_sweep` checks everything again, the method's and task's fields too)."""
+    from fedbench.config import build_config
+    from fedbench.configs import RunConfig
+    from fedbench.registry import check_declared
+    from fedbench.runners.core.config import check_run
+
+    preset = load_preset(path)
+    try:
+        runs = expand_sweep(preset)
+        check_declared("task", preset["task"])
+        for m in preset["methods"]:
+            try:
+                check_declared("method", m)
+            except UserError as e:
+                raise UserError(f"key 'methods': {e}") from None
+    except UserError as e:
+        raise UserError(f"preset {path}: {e}") from None
+    for r in runs:
+        try:
+            check_run(build_config(RunConfig, r["run"], "run"))
+        except UserError as e:
+            key = _preset_key(preset, r, str(e))
+            raise UserError(f"preset {path}: {f'key {key!r}, ' if key else ''}run {_short(r)}: {e}") from None
 
 
 #: ``--only`` keys -> the spec value they select on

@@ -24,8 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
+from fedbench.configs import parse_roc, parse_roc_exact  # noqa: F401 - their home is the base package (no torch)
 from fedbench.errors import UserError
-from fedbench.numbers import exact_number
 from fedbench.methods.base import ClientProfile
 from fedbench.methods.paper_defaults import paper_defaults
 
@@ -35,27 +35,6 @@ def tier_ranks_for(tier_ranks: Sequence[int] | None, task_kind: str) -> list[int
     if tier_ranks is not None:
         return [int(r) for r in tier_ranks]
     return list(paper_defaults(task_kind).tier_ranks)
-
-
-def _short(text: str) -> str:
-    return repr(text if len(text) <= 60 else text[:57] + "...")
-
-
-def parse_roc_exact(roc: str) -> list[Fraction]:
-    """The tier shares of ``--roc a:b:c`` as exact fractions a/(a+b+c), ... (decimal ratios
-    such as 0.6:0.4 are read exactly as written, not as binary floats)."""
-    try:
-        parts = [exact_number(p) for p in roc.split(":")]
-    except ValueError as e:
-        raise UserError(f"malformed --roc {_short(roc)}: expected ratios like 6:3:1 ({e})") from None
-    if len(parts) < 1 or any(p < 0 for p in parts) or sum(parts) <= 0:
-        raise UserError(f"malformed --roc {_short(roc)}: expected non-negative ratios like 6:3:1")
-    total = sum(parts)
-    return [p / total for p in parts]
-
-
-def parse_roc(roc: str) -> list[float]:
-    return [float(f) for f in parse_roc_exact(roc)]
 
 
 def largest_remainder(n: int, fractions: Sequence[Fraction | float | int]) -> list[int]:

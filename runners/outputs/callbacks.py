@@ -40,6 +40,13 @@ class Stop:
 class Callback:
     """Base class: every hook is a no-op."""
 
+    def on_phase_start(self, name: str) -> None:
+        """A set-up phase before the rounds starts: ``loading data``, ``building the model``
+        (federation, model, method, executor), ``initial evaluation`` (``--eval-initial``)."""
+
+    def on_phase_end(self, name: str, seconds: float) -> None:
+        """The phase ``name`` ended (also when it failed) after ``seconds`` of wall time."""
+
     def on_run_start(self, spec: "RunSpec", state: RunState) -> None:
         pass
 

@@ -69,8 +69,9 @@ def test_exclusive_refusal_is_a_one_line_exit_2(tmp_path, capsys):
     args = ["run", "--method", "exclusive", "--task", "tiny_text", "--roc", "6:3:1", "--clients", "6", "--rounds", "1",
             "--out", str(tmp_path)]
     assert main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "exclusive" in err
+    *phases, err = capsys.readouterr().err.strip().splitlines()  # the set-up phases' lines, then one error line
+    assert err.startswith("fedbench: error: ") and "exclusive" in err
+    assert [p.split(": ", 1)[1].split(" ...")[0] for p in phases] == ["loading data", "building the model"]
 
 
 def test_dynamic_tiers_reach_the_full_tier(tmp_path):

@@ -1,0 +1,29 @@
+"""``fedbench sweep --dry-run`` prints each run's estimated cost and the total, timed from the
+measured s/round of the records as the claims report times its missing runs."""
+
+import json
+
+import yaml
+
+from fedbench.runners.cli.cli import main
+from fedbench.runners.cli.sweeping import cpu_time
+
+
+def test_dry_run_costs_each_run_from_the_measured_records(tmp_path, capsys):
+    out = tmp_path / "r"
+    preset = tmp_path / "p.yaml"
+    preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedavg"], "settings": ["iid"],
+                                      "seeds": [0, 1, 2], "run": {"rounds": 2, "clients": 2, "per_round": 2},
+                                      "task_config": {"n_train": 80, "n_test": 40}, "out": str(out)}))
+    assert cpu_time(59) == "59 CPU-s" and cpu_time(90) == "1.5 CPU-min"
+    assert main(["sweep", str(preset), "--no-progress", "--only", "seed=0"]) == 0
+    rec = json.loads(next(out.rglob("*.json")).read_text())
+    spr = rec["cost"]["seconds_total"] / rec["run"]["rounds_completed"]
+    capsys.readouterr()
+    assert main(["sweep", str(preset), "--no-progress", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    todo = [ln for ln in lines if ": to run" in ln]
+    assert len(todo) == 2 and all(f"est. {cpu_time(2 * spr)} (2 rounds x {spr:.1f} s/round, fedavg's 1 records)"
+                                  in ln for ln in todo)
+    assert lines[-1].startswith(f"sweep: 2 runs to do, est. {cpu_time(2 * 2 * spr)} in all")
+    assert lines[-1].endswith(f"(measured s/round of the records under {out}, leaderboard/records)")
