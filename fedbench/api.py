@@ -27,15 +27,21 @@ def run(method: str, task: str, *, method_config: Mapping[str, Any] | None = Non
     logger, a tracker) that see every round; the built-in trackers and the saved model are
     run fields like any other: ``log=["tensorboard"]``, ``save_model=True``. ``profile``: a
     profile the task declares (``fedbench run --profile``, e.g. ledgar's ``"cpu"``), whose
-    values fill the fields left unset."""
-    from fedbench.records import is_finished, prepare_out_dir, read_record_file
+    values fill the fields left unset. A finished record of the same run is returned as it is
+    (``force``: run again); one that is corrupt or fails its integrity check is a warning
+    (``UserWarning``) and the run is done again."""
+    import warnings
+
+    from fedbench.records import prepare_out_dir, read_record_file
     from fedbench.runners.cli.launch import execute
     from fedbench.runners.core.spec import build_spec
+    from fedbench.runners.core.sweep import is_done
 
     spec = build_spec(method, task, fields, method_config, task_config, profile=profile)
     prepare_out_dir(spec.run.out)
     path = spec.record_path()
-    if is_finished(path) and not force:
+    # a record that is corrupt or fails its integrity check is a warning and the run is done again (as the CLI)
+    if not force and path.is_file() and is_done(path, lambda line: warnings.warn(line, stacklevel=3)):
         return read_record_file(path)  # an older record in the current shape
     rec, _ = execute(spec, progress, list(callbacks))
     return rec

@@ -68,3 +68,22 @@ def test_a_folder_where_the_record_goes_is_found_before_training(tmp_path, capsy
     assert main(_argv(tmp_path)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "it is a directory, not a regular file" in err, err
+
+
+def test_the_api_warns_of_an_edited_record_and_runs_again(tmp_path):
+    import pytest
+
+    import fedbench
+
+    kw = dict(rounds=1, clients=2, out=str(tmp_path), task_config=SMALL_TASK_CONFIGS["tiny_text"])
+    first = fedbench.run("fedavg", "tiny_text", **kw)
+    (path,) = tmp_path.rglob("*.json")
+    rec = json.loads(path.read_text())
+    rec["results"]["final"] = 0.999
+    path.write_text(json.dumps(rec, indent=2))
+    with pytest.warns(UserWarning, match="does not match the hash"):
+        again = fedbench.run("fedavg", "tiny_text", **kw)
+    assert again["results"]["final"] == first["results"]["final"] != 0.999
+    written = path.stat().st_mtime_ns
+    assert fedbench.run("fedavg", "tiny_text", **kw)["results"]["final"] == first["results"]["final"]
+    assert path.stat().st_mtime_ns == written  # a trusted finished record is returned, not run again
