@@ -24,25 +24,26 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["check", "content_hash", "seal"]
+__all__ = ["check", "content_hash", "nonfinite_to_none", "seal"]
 
 _STATUSES = ("ok", "failed", "cancelled")
 
 
-def _finite(value: Any) -> Any:
+def nonfinite_to_none(value: Any) -> Any:
+    """``value`` with every NaN / inf float replaced by None (as the records store them)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: nonfinite_to_none(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [nonfinite_to_none(v) for v in value]
     return value
 
 
 def content_hash(rec: dict) -> str:
     """SHA-256 (hex) of ``rec`` without its ``integrity`` key, as canonical JSON."""
     body = {k: v for k, v in rec.items() if k != "integrity"}
-    text = json.dumps(_finite(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = json.dumps(nonfinite_to_none(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

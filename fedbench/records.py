@@ -145,16 +145,6 @@ def _to_plain(value: Any, path: str) -> Any:
     raise RecordError(f"{path or 'record'}: value of type {type(value).__name__} is not JSON-serialisable")
 
 
-def _nonfinite_to_none(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _nonfinite_to_none(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_nonfinite_to_none(item) for item in value]
-    return value
-
-
 def atomic_write_text(path: str | os.PathLike, text: str, root: str | os.PathLike | None = None) -> Path:
     """Write ``text`` to ``path`` (inside folder ``root``, by default its own) through the one
     safe writer, :func:`fedbench.outfiles.write_text`: atomic, regular files only, never out
@@ -175,7 +165,7 @@ def write_record(rec: dict, path: str | os.PathLike, root: str | os.PathLike | N
     """
     plain = _to_plain(rec, "")
     validate_record(plain, strict=True)
-    sealed = integrity.seal(_nonfinite_to_none(plain))  # file name, run id and content hash checked on reading
+    sealed = integrity.seal(integrity.nonfinite_to_none(plain))  # file name, run id and content hash checked on reading
     text = json.dumps(sealed, sort_keys=True, indent=2, allow_nan=False) + "\n"
     return atomic_write_text(path, text, root)
 
