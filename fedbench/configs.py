@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Literal
 
 from fedbench.config import AXIS, RECORD, RUNTIME, FieldSpec, cfg_field, check, check_int, field_specs
-from fedbench.errors import UserError
+from fedbench.errors import UserError, shown
 from fedbench.numbers import exact_number
 
 
@@ -42,19 +42,15 @@ def eval_period(rounds: int, eval_every: int | None, tiny: bool) -> int:
     return max(1 if tiny else REAL_TASK_MIN_PERIOD, -(-rounds // EVAL_POINTS))
 
 
-def _short(text: str) -> str:
-    return repr(text if len(text) <= 60 else text[:57] + "...")
-
-
 def parse_roc_exact(roc: str) -> list[Fraction]:
     """The tier shares of ``--roc a:b:c`` as exact fractions a/(a+b+c), ... (decimal ratios
     such as 0.6:0.4 are read exactly as written, not as binary floats)."""
     try:
         parts = [exact_number(p) for p in roc.split(":")]
     except ValueError as e:
-        raise UserError(f"malformed --roc {_short(roc)}: expected ratios like 6:3:1 ({e})") from None
+        raise UserError(f"malformed --roc {shown(roc)}: expected ratios like 6:3:1 ({e})") from None
     if len(parts) < 1 or any(p < 0 for p in parts) or sum(parts) <= 0:
-        raise UserError(f"malformed --roc {_short(roc)}: expected non-negative ratios like 6:3:1")
+        raise UserError(f"malformed --roc {shown(roc)}: expected non-negative ratios like 6:3:1")
     total = sum(parts)
     return [p / total for p in parts]
 

@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from fedbench.errors import UserError
+from fedbench.errors import UserError, shown
 from fedbench.numbers import whole_number
 
 VALID_FORMS = (
@@ -66,9 +66,7 @@ _PATTERNS = [
 
 
 def _bad(s: str, why: str = "unknown setting") -> UserError:
-    # repr() escapes any newline in the input, so the message stays on one line (and short).
-    shown = s if len(s) <= 60 else s[:57] + "..."
-    return UserError(f"{why} {shown!r}; {VALID_FORMS}")
+    return UserError(f"{why} {shown(s)}; {VALID_FORMS}")  # one line and short, whatever the input
 
 
 def _alpha(text: str, s: str) -> float:

@@ -113,13 +113,13 @@ def load_catalog(user_file: str | None = None) -> dict[str, Device]:
 
 def parse_devices(spec: str, n_clients: int, catalog: Mapping[str, Device], seed: int) -> list[str]:
     """The device class of every client: ``a:6,b:3`` (shares) or ``a,b,a`` (per client, cycled)."""
-    shown = repr(str(spec) if len(str(spec)) <= 60 else str(spec)[:57] + "...")
+    spec_shown = shown(str(spec))
     items = [s.strip() for s in str(spec).split(",") if s.strip()]
     if not items:
-        raise UserError(f"malformed --devices {shown}: expected e.g. phone:6,laptop:3,workstation:1")
+        raise UserError(f"malformed --devices {spec_shown}: expected e.g. phone:6,laptop:3,workstation:1")
     shares = [":" in s for s in items]
     if any(shares) and not all(shares):
-        raise UserError(f"malformed --devices {shown}: give shares for every class (phone:6,laptop:3) or a "
+        raise UserError(f"malformed --devices {spec_shown}: give shares for every class (phone:6,laptop:3) or a "
                         f"per-client list (phone,laptop,phone), not both")
     names = [s.split(":", 1)[0].strip() for s in items]
     unknown = [n for n in names if n not in catalog]
@@ -129,13 +129,13 @@ def parse_devices(spec: str, n_clients: int, catalog: Mapping[str, Device], seed
     if not all(shares):
         return [names[i % len(names)] for i in range(n_clients)]
     if len(set(names)) != len(names):
-        raise UserError(f"malformed --devices {shown}: a device class is named twice")
+        raise UserError(f"malformed --devices {spec_shown}: a device class is named twice")
     try:
         fr = [exact_number(s.split(":", 1)[1]) for s in items]
     except ValueError as e:
-        raise UserError(f"malformed --devices {shown}: shares must be numbers, e.g. phone:6,laptop:3 ({e})") from None
+        raise UserError(f"malformed --devices {spec_shown}: shares must be numbers, e.g. phone:6,laptop:3 ({e})") from None
     if any(f < 0 for f in fr) or sum(fr) <= 0:
-        raise UserError(f"malformed --devices {shown}: shares must be >= 0 with a positive sum")
+        raise UserError(f"malformed --devices {spec_shown}: shares must be >= 0 with a positive sum")
     counts = largest_remainder(n_clients, fr)
     per_client = np.repeat(np.arange(len(names)), counts)
     order = np.random.default_rng([seed, 11]).permutation(per_client)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from fedbench.errors import UserError
 from fedbench.runners.cli.cli import main
 
 RUN = ["run", "--method", "fedavg", "--task", "tiny_text"]
@@ -120,3 +121,21 @@ def test_a_json_document_within_limits_is_read(tmp_path):
 
     (tmp_path / "c.json").write_text(json.dumps({"model_type": "bert", "a": [[1]]}))
     assert read_json(tmp_path / "c.json", "x") == {"model_type": "bert", "a": [[1]]}
+
+
+@pytest.mark.parametrize("parse", ["roc", "devices", "setting"])
+def test_a_malformed_value_is_shown_by_the_one_bounded_repr(parse):
+    """--roc, --devices and --setting show a bad value through errors.shown (one helper, not a
+    copy per parser): a long value with a control character is short and on one line."""
+    from fedbench.configs import parse_roc
+    from fedbench.errors import shown
+    from fedbench.runners.budget.devices import load_catalog, parse_devices
+    from fedbench.tasks.setting import parse_setting
+
+    bad = "6:x\n" + "9" * 300
+    value = "phone:6,lap\ntop" + "9" * 300 if parse == "devices" else bad  # devices: shares for one class only
+    call = {"roc": lambda: parse_roc(value), "devices": lambda: parse_devices(value, 4, load_catalog(), 0),
+            "setting": lambda: parse_setting(value)}[parse]
+    with pytest.raises(UserError) as e:
+        call()
+    assert "\n" not in str(e.value) and f" {shown(value)}" in str(e.value)
