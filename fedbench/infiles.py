@@ -1,6 +1,10 @@
-"""The one bounded reader: every file fedbench parses (a ``--config``, a sweep preset, a
-device catalogue, a ``--model-config``, a claim or fixes file, the ``list`` cache) is read
-here.
+"""The one bounded reader of the files a user points fedbench at and of its own small files:
+a ``--config``, a sweep preset, a device catalogue, a ``--model-config``, a claim or fixes
+file, the ``list`` cache, a model folder's config files, the split-zip model's stamp.
+Two kinds of file keep readers of their own: result records
+(:func:`fedbench.records.read_record_file`: a regular file of at most 256 MiB, then the
+schema) and data sets (:mod:`fedbench.tasks.record_files` and the tasks' loaders: not
+size-bounded, a data set is as large as it is).
 
 A file is read only when it is a regular file (a FIFO would block forever, ``/dev/zero``
 never ends; neither is opened for reading: the file is opened without blocking and

@@ -32,8 +32,8 @@ from fedbench.errors import UserError
 
 NAME = "ravan"  # the extra module holding every adapted matrix's core
 HEADS = "heads"  # plan.extra: per module (in ``Ravan.modules`` order), the heads the client trains
-PRODUCT = ".P"
-HOOK = "_fedbench_ravan_hook"  # the handle of the core hook on a patched lora_A  # the uploaded statistic of a module: s_i H_i of its trained heads, (h_k, r, r)
+PRODUCT = ".P"  # the uploaded statistic of a module: s_i H_i of its trained heads, (h_k, r, r)
+HOOK = "_fedbench_ravan_hook"  # the handle of the core hook on a patched lora_A
 VARIANT = ("variant: bases = disjoint blocks of seeded orthonormal bases, H = 0 and s = 1 at the start and after "
            "each round, weaker tiers train the heads of largest |s_i| ||H_i||; the paper's init, head rule and "
            "restart were not readable")
