@@ -61,7 +61,9 @@ class Device:
 
 
 #: the largest figure a catalogue entry may give (GB, TFLOP/s, Mbit/s): beyond them a
-#: figure is a typo, and 1e300 GB overflows when turned into bytes
+#: figure is a typo, and 1e300 GB overflows when turned into bytes. Chosen bounds, from no
+#: datasheet: a petabyte, an exaFLOP/s and a petabit/s, each hundreds of times one device's
+#: (an NVIDIA H200: 141 GB, under 4,000 TFLOP/s even at FP8 with sparsity)
 MAX_FIGURE = {"memory_gb": 1e6, "tflops": 1e6, "uplink_mbps": 1e9, "downlink_mbps": 1e9}
 
 

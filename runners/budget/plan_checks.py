@@ -17,10 +17,17 @@ from fedbench.errors import UserError, shown
 
 __all__ = ["CONFIG_LIMITS", "LIMITS", "check_model_config", "check_options"]
 
-#: flag -> the largest value ``fedbench plan`` takes
+#: flag -> the largest value ``fedbench plan`` takes. Chosen bounds, from no paper or datasheet
+#: (the reliability pass of 2026-11-28, issue 39): each is far above what the suite's presets
+#: and papers use (batches up to 128, LexGLUE's 512 tokens, LoRA ranks up to 200 in Fed-SB's
+#: authors' runs, LEDGAR's 100 classes) and turns an absurd value
+#: (a batch of 10**12 overflows a tensor's storage before torch says so) into one line.
 LIMITS = {"--batch-size": 2**16, "--seq-len": 2**20, "--steps": 10**7, "--lora-r": 2**14, "--n-classes": 10**6}
 
-#: config field -> the largest value a planned model may have (a field the config lacks is not checked)
+#: config field -> the largest value a planned model may have (a field the config lacks is not
+#: checked). Chosen bounds as :data:`LIMITS`, above the largest open model's config: Llama-3.1-405B
+#: has 126 layers, width 16,384, 128 heads, intermediate 53,248, vocabulary 128,256 and 131,072
+#: positions (a test plans that shape's config checks, so lowering a bound below it fails).
 CONFIG_LIMITS = {"num_hidden_layers": 1024, "hidden_size": 2**17, "num_attention_heads": 2**12,
                  "intermediate_size": 2**19, "vocab_size": 2**22, "max_position_embeddings": 2**22,
                  "image_size": 2**14, "patch_size": 2**10, "num_channels": 64}

@@ -54,3 +54,14 @@ def test_a_catalogue_figure_beyond_reason_is_refused(tmp_path, capsys):
     assert main(["plan", "--methods", "fedavg", "--devices", "big", "--device-catalog", str(tmp_path / "cat.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "memory_gb must be a number > 0 and <= 1e+06" in err, err
+
+
+def test_the_largest_open_models_config_is_within_the_stated_limits():
+    """plan_checks states its CONFIG_LIMITS are above Llama-3.1-405B's config: that shape passes."""
+    from types import SimpleNamespace
+
+    from fedbench.runners.budget.plan_checks import check_model_config
+
+    llama_405b = SimpleNamespace(num_hidden_layers=126, hidden_size=16384, num_attention_heads=128,
+                                 intermediate_size=53248, vocab_size=128256, max_position_embeddings=131072)
+    check_model_config(llama_405b, "llama-3.1-405b", seq_len=131072, text=True)
