@@ -99,11 +99,11 @@ class FedLoRA(PersonalisedMethod):
     def extra_modules(cls, config, ctx, head):
         cfg, c = config, int(ctx.n_classes)
         rank = default_rank(c) if cfg.rank is None else cfg.rank
-        cls.declared_parts(ctx)
+        parts = cls.declared_parts(ctx)
         if cfg.structure == "direct":  # h's width in the one architecture every client has (its FC1's)
             return {"adapter": fm.DirectReductionAdapter(ctx.parts_of(cfg.archs).width("feature_extractor"), rank, c)}
         # r's width, the same in every architecture of the family (the 500-d FC2 output)
-        return {"adapter": fm.MatrixDecompositionAdapter(cls.declared_parts(ctx).width("representation"), rank, c)}
+        return {"adapter": fm.MatrixDecompositionAdapter(parts.width("representation"), rank, c)}
 
     def shared_keys(self) -> list[str]:
         return extra_keys("adapter", self.ctx.extra_keys)

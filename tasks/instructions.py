@@ -155,10 +155,11 @@ class InstructionTask(Task):
             value = first_value(row, names)
             if value is None:
                 return f"missing field {names[0]!r}" + (f" (or {', '.join(map(repr, names[1:]))})" if names[1:] else "")
+            name = next(n for n in names if n in row)
             if not isinstance(value, str):
-                return f"field {next(n for n in names if n in row)!r} must be a string, got {json_type(value)}"
-            if text_problem(next(n for n in names if n in row), value):
-                return text_problem(next(n for n in names if n in row), value)
+                return f"field {name!r} must be a string, got {json_type(value)}"
+            if (problem := text_problem(name, value)) is not None:
+                return problem
         return None
 
     def to_example(self, row: dict) -> Example:

@@ -43,9 +43,7 @@ def preflight_sweep(args) -> None:
 
 def executor_keys() -> list[str]:
     """The executors the source declares (``--executor``'s choices, listed by ``run --help``)."""
-    from fedbench.registry import declared_keys
-
-    from fedbench.registry import loaded_keys
+    from fedbench.registry import declared_keys, loaded_keys
 
     declared = declared_keys("fedbench.runners.executors", "EXECUTORS")
     return sorted({*declared, *loaded_keys("fedbench.runners.executors.executor", "EXECUTORS")})
@@ -64,8 +62,9 @@ def preflight_run(args) -> None:
     run, _method_cfg, _task_cfg = gather_configs(args)
     run_cfg = build_config(RunConfig, run, "run")
     check_run(run_cfg)
-    if run_cfg.executor not in executor_keys():
-        raise unknown_key("executor", run_cfg.executor, executor_keys())
+    executors = executor_keys()  # read from the source once
+    if run_cfg.executor not in executors:
+        raise unknown_key("executor", run_cfg.executor, executors)
 
 
 __all__ = ["executor_keys", "gather_configs", "preflight_run", "preflight_sweep"]
