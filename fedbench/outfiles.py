@@ -57,6 +57,17 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _stat(path: Path, shown: str, follow: bool) -> os.stat_result | None:
+    """``os.stat`` (``follow``) or ``os.lstat`` of ``path``; None if nothing is there; any other
+    failure an :class:`OutputError` naming the output ``shown``."""
+    try:
+        return os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise OutputError(f"cannot write {shown}: {err.strerror or err}") from None
+
+
 def check_output(path: str | os.PathLike, root: str | os.PathLike | None = None, kind: str = "file") -> Path:
     """The path to write for output ``path`` inside folder ``root`` (``kind``: ``"file"`` or
     ``"dir"``); :class:`OutputError` for anything the module docstring refuses. A symlink to
@@ -75,12 +86,9 @@ def check_output(path: str | os.PathLike, root: str | os.PathLike | None = None,
     if not _inside(os.path.realpath(path.parent), real_root):
         raise OutputError(f"cannot write {shown}: its folder leads out of the output folder {_show(root)} "
                           f"(a symlink)")
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+    st = _stat(path, shown, follow=False)
+    if st is None:
         return path
-    except OSError as err:
-        raise OutputError(f"cannot write {shown}: {err.strerror or err}") from None
     target = path
     if stat.S_ISLNK(st.st_mode):
         real = os.path.realpath(path)
@@ -90,12 +98,9 @@ def check_output(path: str | os.PathLike, root: str | os.PathLike | None = None,
         if kind == "dir":
             raise OutputError(f"cannot write {shown}: a symlink where a folder goes; not replaced")
         target = Path(real)
-        try:
-            st = os.stat(target)
-        except FileNotFoundError:
+        st = _stat(target, shown, follow=True)
+        if st is None:
             return target
-        except OSError as err:
-            raise OutputError(f"cannot write {shown}: {err.strerror or err}") from None
     want_dir = kind == "dir"
     if want_dir and stat.S_ISDIR(st.st_mode) or not want_dir and stat.S_ISREG(st.st_mode):
         return target
