@@ -74,7 +74,8 @@ def cmd_sweep(args) -> int:
     from fedbench.runners.cli.sweeping import Parallel, run_sweep
     from fedbench.runners.core import sweep
 
-    runs = sweep.select(sweep.load_sweep(args.preset, out=args.out), args.only)
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 - the CLI's stderr
+    runs = sweep.select(sweep.load_sweep(args.preset, out=args.out, say=say), args.only)
     for out in dict.fromkeys(r.spec.run.out for r in runs):
         prepare_out_dir(out, create=not args.dry_run)
     for r in runs:  # a folder, FIFO or link out where a record goes: found before the first run

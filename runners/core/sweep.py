@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import itertools
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fedbench.infiles import read_yaml
@@ -130,11 +130,13 @@ class SweepRun:
     label: str  # names everything that differs between the sweep's runs
 
 
-def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
+def load_sweep(path: str | Path, out: str | None = None,
+               say: Callable[[str], None] | None = None) -> list[SweepRun]:
     """Load, expand and validate a preset: every run's spec is built (every config checked)
     before the first run starts. ``out`` (``--out``) overrides the preset's. Two rows that
     are the same run (same run id: a duplicate seed, method variant or setting spelling)
-    are refused."""
+    are refused. ``say`` (the CLI's stderr): told when a preset of at least
+    :data:`SAY_CHECKING_FROM` runs is being checked; the library prints nothing."""
     from fedbench.methods import METHODS
     from fedbench.runners.core.spec import build_spec
     from fedbench.tasks import TASKS
@@ -151,8 +153,8 @@ def load_sweep(path: str | Path, out: str | None = None) -> list[SweepRun]:
     except UserError as e:
         raise UserError(f"preset {path}: {e}") from None
     specs, seen = [], {}
-    if len(runs) >= SAY_CHECKING_FROM:  # seconds of checks ahead: say so rather than look hung
-        print(f"fedbench: checking the {len(runs)} runs of {path} ...", file=sys.stderr, flush=True)
+    if say is not None and len(runs) >= SAY_CHECKING_FROM:  # seconds of checks ahead: say so rather than look hung
+        say(f"fedbench: checking the {len(runs)} runs of {path} ...")
     for r in runs:
         if out:
             r["run"]["out"] = out

@@ -104,3 +104,21 @@ def test_only_roc_picks_a_resource_ratio(tmp_path):
     assert len(select(runs, ["roc=6:3:1,1:1:1"])) == len(runs) == 8
     with pytest.raises(UserError, match="matches no run"):
         select(runs, ["roc=10:0:0"])
+
+
+def test_only_the_cli_says_a_large_preset_is_being_checked(tmp_path, capsys, monkeypatch):
+    """load_sweep is library code (fedbench.sweep calls it): it prints nothing; the CLI passes
+    its stderr and says it is checking a preset of SAY_CHECKING_FROM runs or more."""
+    import yaml
+
+    from fedbench.runners.core import sweep
+
+    monkeypatch.setattr(sweep, "SAY_CHECKING_FROM", 2)
+    preset = tmp_path / "p.yaml"
+    preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedavg"], "seeds": [0, 1],
+                                      "run": {"rounds": 1, "clients": 2, "executor": "stub"},
+                                      "task_config": {"n_train": 80, "n_test": 40}, "out": str(tmp_path / "r")}))
+    assert len(sweep.load_sweep(preset)) == 2
+    assert capsys.readouterr().err == ""
+    assert main(["sweep", str(preset), "--dry-run", "--no-progress"]) == 0
+    assert f"checking the 2 runs of {preset}" in capsys.readouterr().err
