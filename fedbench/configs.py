@@ -211,7 +211,7 @@ class RunConfig:
                             "would change nothing but the run id")
         if self.workers != 1 and self.executor != "ray":
             raise UserError(f"--workers {self.workers} is for --executor ray; the {self.executor} executor runs "
-                            "one client at a time in this process")
+                            "its clients in this process, with no workers")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ RUN = ["run", "--method", "fedavg", "--task", "tiny_text"]
 @pytest.mark.parametrize("argv,says", [
     (["--device-catalog", "x.yaml"], "--device-catalog (run.device_catalog) needs --devices"),
     (["--workers", "4"], "--workers 4 is for --executor ray"),
-    (["--workers", "4", "--executor", "packed"], "the packed executor runs one client at a time"),
+    # packed trains a group of clients in one pass: not "one client at a time", but in this process
+    (["--workers", "4", "--executor", "packed"], "the packed executor runs its clients in this process, with no "
+                                                 "workers"),
 ])
 def test_options_that_would_change_nothing_are_refused(argv, says, tmp_path, capsys):
     assert main([*RUN, *argv, "--out", str(tmp_path)]) == 2
