@@ -215,8 +215,10 @@ class ModelAndState:
         (every model: the worker's pool, fresh models for private state, the planner's,
         the global model that is evaluated); e.g. fixed values of frozen tensors drawn from a
         seed in ``config`` and forward hooks through which the extra modules' tensors enter
-        the adapted layers (RAVAN's cores between its frozen bases). Runs under the model's
-        build seed; deterministic, so every process builds the same model. A method that
+        the adapted layers (RAVAN's cores between its frozen bases). The worker's pool runs
+        it under the extra modules' seed, the planner under none: values it draws must come
+        from a generator seeded from ``config`` (as RAVAN's ``basis_seed``), so every process
+        builds the same model. A method that
         overrides it has a step of its own (``Method.STEP_HOOKS``: the ``packed`` executor's
         forward does not run these hooks). Default: nothing."""
 
