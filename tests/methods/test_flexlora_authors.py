@@ -2,7 +2,6 @@
 the papers' rules stay the default; each departure against the paper's rule on hand-built
 tensors, expected values written as arithmetic (the methods' docstrings say where each comes from)."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -11,7 +10,9 @@ from fedbench.methods.aggregation import factor_means
 from fedbench.methods.base import ClientUpdate
 from fedbench.methods.flexlora import FlexLoRA
 from fedbench.methods.flora import FLoRA
-from fedbench.methods.rank_hetero import AuthorsRuleConfig, base_key
+from fedbench.methods.rank_hetero import AuthorsRuleConfig
+
+from helpers import method_setup
 
 M = "blocks.0.fc"
 A0, B0, W0 = M + ".lora_A.weight", M + ".lora_B.weight", M + ".base_layer.weight"
@@ -19,13 +20,11 @@ ALPHA = 8.0
 E = torch.eye(4)
 
 
-def _setup(cls, tiny_am, ctx_for, ranks, **cfg):
-    am = tiny_am(r=4, alpha=ALPHA)
-    ctx = ctx_for(am, [(t, 3, r) for t, r in enumerate(ranks)])
-    m = cls(AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA, **cfg), ctx)
-    state = m.init_state(am.read(am.all_keys) | am.read([base_key(mod) for mod in m.modules]))
-    plans = m.plan(1, list(ctx.profiles.values()), state, np.random.default_rng(0))
-    return m, state, plans
+def _setup(cls, ranks, **cfg):
+    """(method, state with the base weights, round-1 plans) on the shared tiny model (r = 4)."""
+    s = method_setup(cls, [(t, 3, r) for t, r in enumerate(ranks)], AuthorsRuleConfig(lora_r=4, lora_alpha=ALPHA, **cfg),
+                     base=True, alpha=ALPHA)
+    return s.m, s.state, s.plans
 
 
 def _upload(m, state, plan, a, b, n=1, head_shift=0.0):
@@ -53,7 +52,7 @@ def test_factor_means_are_not_the_mean_of_products():
     assert torch.equal(b @ a, torch.full((2, 2), 0.5))  # the mean of the products would be 0.5 * 2 * I = I
 
 
-def test_flexlora_authors_rule_on_hand_built_factors(tiny_am, ctx_for):
+def test_flexlora_authors_rule_on_hand_built_factors():
     """Two rank-1 clients of equal size, client 0: B A = e1 e1^T, client 1: e2 e2^T; alpha 8, r_max 4.
     Paper: dW = 1/2 (8/1) e1 e1^T + 1/2 (8/1) e2 e2^T = diag(4, 4, 0, 0).
     Authors' code: A_bar = 1/2 (e1 + e2)^T, B_bar = 1/2 ((8/1)/(8/4)) (e1 + e2) = 2 (e1 + e2),
@@ -62,37 +61,37 @@ def test_flexlora_authors_rule_on_hand_built_factors(tiny_am, ctx_for):
     authors = torch.zeros(4, 4)
     authors[:2, :2] = 2.0
     for rule, expected in (("paper", paper), ("authors_code", authors)):
-        m, state, plans = _setup(FlexLoRA, tiny_am, ctx_for, [1, 1], server_rule=rule)
+        m, state, plans = _setup(FlexLoRA, [1, 1], server_rule=rule)
         ups = [_upload(m, state, plans[0], E[:1], E[:, :1]), _upload(m, state, plans[1], E[1:2], E[:, 1:2])]
         new = m.aggregate(state, ups)
         assert torch.allclose(new.tensors[M + ".flexlora_delta"], expected, atol=1e-6), rule
 
 
-def test_flexlora_authors_rule_is_exact_for_one_client(tiny_am, ctx_for):
+def test_flexlora_authors_rule_is_exact_for_one_client():
     """One rank-2 client: no cross terms, so both rules give its own (8/2) B A = 4 B A."""
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(2, 4, generator=g), torch.randn(4, 2, generator=g)
     got = []
     for rule in ("paper", "authors_code"):
-        m, state, plans = _setup(FlexLoRA, tiny_am, ctx_for, [2], server_rule=rule)
+        m, state, plans = _setup(FlexLoRA, [2], server_rule=rule)
         got.append(m.aggregate(state, [_upload(m, state, plans[0], a, b)]).tensors[M + ".flexlora_delta"])
     assert torch.allclose(got[0], 4 * b @ a, atol=1e-5) and torch.allclose(got[1], 4 * b @ a, atol=1e-5)
 
 
-def test_flora_authors_scaling_on_hand_built_factors(tiny_am, ctx_for):
+def test_flora_authors_scaling_on_hand_built_factors():
     """One rank-2 client, B A = diag(1, 1, 0, 0), alpha 8, lora_r 4: the paper merges at the client's
     own 8/2 = 4, the authors' code at the stack's alpha / r = 8/4 = 2."""
     a, b = E[:2], E[:, :2]
     for rule, scale in (("paper", 4.0), ("authors_code", 2.0)):
-        m, state, plans = _setup(FLoRA, tiny_am, ctx_for, [2], server_rule=rule)
+        m, state, plans = _setup(FLoRA, [2], server_rule=rule)
         new = m.aggregate(state, [_upload(m, state, plans[0], a, b)])
         assert torch.allclose(new.tensors[W0] - state.tensors[W0], scale * torch.diag(torch.tensor([1.0, 1, 0, 0])),
                               atol=1e-6), rule
 
 
 @pytest.mark.parametrize("cls", [FlexLoRA, FLoRA])
-def test_frozen_head_is_neither_trained_nor_averaged(cls, tiny_am, ctx_for):
-    m, state, plans = _setup(cls, tiny_am, ctx_for, [1, 4], train_head=False)
+def test_frozen_head_is_neither_trained_nor_averaged(cls):
+    m, state, plans = _setup(cls, [1, 4], train_head=False)
     assert all(not p.train_head for p in plans.values())
     assert not set(m.ctx.head_keys) & set(m.upload_keys(plans[0]))
     ups = [_upload(m, state, plans[c], torch.ones(r, 4), torch.ones(4, r)) for c, r in ((0, 1), (1, 4))]
@@ -101,7 +100,7 @@ def test_frozen_head_is_neither_trained_nor_averaged(cls, tiny_am, ctx_for):
     new = m.aggregate(state, ups)
     assert all(torch.equal(new.tensors[k], state.tensors[k]) for k in m.ctx.head_keys)
     # default: the head is trained and averaged: (1 * 1.0 + 1 * 3.0) / 2 = 2.0 above the old head
-    m, state, plans = _setup(cls, tiny_am, ctx_for, [1, 4])
+    m, state, plans = _setup(cls, [1, 4])
     assert all(p.train_head for p in plans.values())
     new = m.aggregate(state, [_upload(m, state, plans[0], torch.ones(1, 4), torch.ones(4, 1), head_shift=1.0),
                               _upload(m, state, plans[1], torch.ones(4, 4), torch.ones(4, 4), head_shift=3.0)])
