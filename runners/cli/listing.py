@@ -3,7 +3,8 @@
 Listing imports every method and task (torch among them); the output for this exact code
 and these plugins is cached (a hash of every source file, of the installed plugin entry
 points and of the source files of the packages they name), so a second ``fedbench list``
-starts in a fraction of a second, and an edited plugin is listed afresh.
+starts in a fraction of a second, and an edited plugin is listed afresh. A listing that
+left out a plugin that failed to load is not cached: the next one warns again.
 """
 
 from __future__ import annotations
@@ -90,7 +91,12 @@ def _list_entries() -> dict:
     entries = {name: [[e.key, e.description, list(e.aliases), fields(e.obj.config_cls)] for e in reg.entries()]
                for name, reg in (("methods", METHODS), ("tasks", TASKS))}
     entries["run"] = [["run", "fields of every run", [], fields(RunConfig)]]
-    if path is not None:
+    from fedbench.registry import plugin_entry_points
+
+    listed = {row[0] for name in ("methods", "tasks") for row in entries[name]}
+    # a plugin that failed to load is left out with a warning: not cached, so the next
+    # listing warns again instead of leaving it out in silence
+    if path is not None and all(ep.name in listed for ep in plugin_entry_points()):
         try:
             write_text(path, json.dumps(entries))  # the one safe writer
         except (OSError, OutputError):  # a cache: not writing it costs time only
