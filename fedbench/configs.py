@@ -68,8 +68,9 @@ class RunConfig:
     setting: str = cfg_field("iid", "data split: iid, dir(a), k/a, k/-, domain, domain+dir(a)xm, k/Dd",
                              role=AXIS, flag=True)
     clients: int | None = cfg_field(None, "number of clients (None = the task's default: the papers' 100 for "
-                                          "classification, 50 for instruction tuning, 10 for tiny tasks; domain "
-                                          "settings derive it from the data)", flag=True)
+                                          "cifar100, domainnet, nicopp and ledgar, 50 for instruction tuning, 10 "
+                                          "for the CNN and tiny tasks; domain settings derive it from the data)",
+                                    flag=True)
     per_round: int | None = cfg_field(None, "clients sampled uniformly per round (None = min(10, clients))", flag=True)
     rounds: int = cfg_field(5, "communication rounds", flag=True)
     local_epochs: int = cfg_field(1, "local epochs per round", flag=True)

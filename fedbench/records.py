@@ -262,16 +262,24 @@ def read_record_file(path: str | os.PathLike) -> dict:
     return rec
 
 
+def _beside_records(folder: Path, name: str, root: Path) -> bool:
+    """Whether ``folder/name`` is one a run writes beside its records, whose JSON files are
+    no records: a saved model's peft adapter (``<run_id>.adapter/``, ``--save-model``) and
+    the trackers' files (``<out>/logs/``, ``--log``)."""
+    return name.endswith(".adapter") or (name == "logs" and folder == root)
+
+
 def _walk_json(root: Path) -> list[Path]:
     """Every non-hidden ``*.json`` path under ``root`` (files or not; symlinked folders are
-    not followed, so a symlink loop cannot recurse), sorted. A folder that cannot be
-    listed is skipped with a warning."""
+    not followed, so a symlink loop cannot recurse), sorted, but for the folders a run writes
+    beside its records (:func:`_beside_records`). A folder that cannot be listed is skipped
+    with a warning."""
     def warn(err: OSError) -> None:
         log.warning("skipping %s: cannot be listed (%s)", one_line(str(err.filename)), err.strerror or err)
 
     found = []
     for folder, dirs, files in os.walk(root, onerror=warn):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not _beside_records(Path(folder), d, root))
         found += [Path(folder) / d for d in dirs if d.endswith(".json")]  # reported: not a record file
         found += [Path(folder) / f for f in files if f.endswith(".json") and not f.startswith(".")]
     return sorted(found)
@@ -284,7 +292,8 @@ def load_records(root: str | os.PathLike) -> list[dict]:
     bad JSON, schema errors, a directory, fifo or symlink loop, ...) is skipped with a
     one-line warning naming it and why; the rest are read. Hidden files and folders (name
     starting with ``.``; temp files of an interrupted write, editor or notebook copies)
-    are ignored. ``root`` may also be a single JSON file. A missing ``root`` is a
+    are ignored, and so are a saved model's ``<run_id>.adapter/`` folders and the trackers'
+    ``logs/`` folder under ``root``. ``root`` may also be a single JSON file. A missing ``root`` is a
     :class:`~fedbench.errors.UserError`.
     """
     root = Path(root)

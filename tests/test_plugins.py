@@ -64,3 +64,47 @@ def test_plugin_through_the_python_api(site, tmp_path):
 def test_without_the_plugin_its_keys_are_unknown(tmp_path):
     p = _run(tmp_path, "-m", "fedbench", "run", "--method", "uniform_avg", "--task", "blobs", cwd=tmp_path)
     assert p.returncode == 2 and "unknown method 'uniform_avg'" in p.stderr
+
+
+def test_the_list_cache_follows_a_plugins_source(tmp_path, monkeypatch):
+    """Editing a plugin's module lists it afresh: the cache key hashes the source files of
+    the package an entry point names (found without importing it), not only its name."""
+    from importlib.metadata import EntryPoint
+
+    from fedbench.runners.cli import listing
+
+    pkg = tmp_path / "edited_plugin"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "methods.py").write_text("raise SyntaxError  # broken at first\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("FEDBENCH_NO_LIST_CACHE", raising=False)
+    ep = EntryPoint("edited", "edited_plugin.methods:Edited", "fedbench.methods")
+    monkeypatch.setattr("fedbench.registry.plugin_entry_points", lambda group=None: [ep])
+    assert listing._plugin_sources(ep) == [pkg / "__init__.py", pkg / "methods.py"]
+    before = listing._list_cache_path()
+    (pkg / "methods.py").write_text("class Edited:  # fixed\n    pass\n")
+    after = listing._list_cache_path()
+    assert before is not None and after is not None and before != after
+    assert "edited_plugin" not in sys.modules  # found, not imported
+
+
+def test_a_plugin_that_fails_to_load_is_not_cached(tmp_path, monkeypatch):
+    """The listing that left a broken plugin out (with its warning) is not cached, so the
+    next ``fedbench list`` warns again rather than leaving it out in silence."""
+    from importlib.metadata import EntryPoint
+
+    from fedbench.runners.cli import listing
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("FEDBENCH_NO_LIST_CACHE", raising=False)
+    broken = EntryPoint("broken_plugin_key", "no_such_plugin_module:Nothing", "fedbench.methods")
+    monkeypatch.setattr("fedbench.registry.plugin_entry_points", lambda group=None: [broken])
+    monkeypatch.setattr(listing, "_list_cache_path", lambda: tmp_path / "cache" / "list.json")
+    entries = listing._list_entries()
+    assert "broken_plugin_key" not in {row[0] for row in entries["methods"]}
+    assert not (tmp_path / "cache" / "list.json").exists()
+    monkeypatch.setattr("fedbench.registry.plugin_entry_points", lambda group=None: [])
+    listing._list_entries()
+    assert (tmp_path / "cache" / "list.json").is_file()  # without the broken plugin it is cached

@@ -1,8 +1,10 @@
 """``fedbench list``: the registered methods and tasks, the run's fields, with their help.
 
 Listing imports every method and task (torch among them); the output for this exact code
-and these plugins is cached (a hash of every source file and of the installed plugin
-entry points), so a second ``fedbench list`` starts in a fraction of a second.
+and these plugins is cached (a hash of every source file, of the installed plugin entry
+points and of the source files of the packages they name), so a second ``fedbench list``
+starts in a fraction of a second, and an edited plugin is listed afresh. A listing that
+left out a plugin that failed to load is not cached: the next one warns again.
 """
 
 from __future__ import annotations
@@ -31,6 +33,19 @@ def _list_sources() -> list[Path]:
     return files + sorted(Path(version.__file__).parent.glob("*.py"))
 
 
+def _plugin_sources(ep) -> list[Path]:
+    """The source files of the top-level package (or module) entry point ``ep`` names, found
+    without importing it (an editable install's too)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(ep.module.partition(".")[0])
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return sorted(f for d in spec.submodule_search_locations for f in Path(d).rglob("*.py"))
+    return [Path(spec.origin)] if spec.origin else []
+
+
 def _list_cache_path() -> Path | None:
     """Where the listing of this exact code is kept (start-up without importing torch):
     a hash of every source file's path, size and mtime; None when it cannot be computed."""
@@ -46,7 +61,8 @@ def _list_cache_path() -> Path | None:
         h = hashlib.sha256(f"{version.__version__} {sys.version}".encode())
         for ep in plugin_entry_points():
             h.update(f"plugin {ep.group} {ep.name} {ep.value}\n".encode())
-        for f in _list_sources():
+        plugin_files = sorted({f for ep in plugin_entry_points() for f in _plugin_sources(ep)})
+        for f in _list_sources() + plugin_files:
             st = f.stat()
             h.update(f"{f} {st.st_size} {st.st_mtime_ns}\n".encode())
     except (OSError, ImportError, ValueError):
@@ -75,7 +91,12 @@ def _list_entries() -> dict:
     entries = {name: [[e.key, e.description, list(e.aliases), fields(e.obj.config_cls)] for e in reg.entries()]
                for name, reg in (("methods", METHODS), ("tasks", TASKS))}
     entries["run"] = [["run", "fields of every run", [], fields(RunConfig)]]
-    if path is not None:
+    from fedbench.registry import plugin_entry_points
+
+    listed = {row[0] for name in ("methods", "tasks") for row in entries[name]}
+    # a plugin that failed to load is left out with a warning: not cached, so the next
+    # listing warns again instead of leaving it out in silence
+    if path is not None and all(ep.name in listed for ep in plugin_entry_points()):
         try:
             write_text(path, json.dumps(entries))  # the one safe writer
         except (OSError, OutputError):  # a cache: not writing it costs time only

@@ -329,6 +329,27 @@ def test_load_records_skips_junk(tmp_path, caplog):
     assert all(r.levelno == logging.WARNING for r in caplog.records)
 
 
+def test_load_records_skips_saved_models_and_tracker_logs(tmp_path, caplog):
+    """``--save-model`` writes ``<run_id>.adapter/adapter_config.json`` beside the record and
+    ``--log wandb`` JSON files under ``<out>/logs/``: neither is a record, and neither is
+    warned about (a ``logs`` folder deeper down is walked as any other)."""
+    good = full_record()
+    path = record_path(tmp_path, good)
+    write_record(good, path)
+    (path.parent / "abc123.adapter").mkdir()
+    (path.parent / "abc123.adapter" / "adapter_config.json").write_text('{"r": 8}')
+    (tmp_path / "logs" / "wandb").mkdir(parents=True)
+    (tmp_path / "logs" / "wandb" / "wandb-summary.json").write_text("{}")
+    (tmp_path / "tiny_text" / "logs").mkdir()
+    (tmp_path / "tiny_text" / "logs" / "stray.json").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger="fedbench.records"):
+        recs = load_records(tmp_path)
+    assert [r["run"]["run_id"] for r in recs] == ["abc123"]
+    messages = "\n".join(r.getMessage() for r in caplog.records)
+    assert "adapter_config.json" not in messages and "wandb-summary.json" not in messages
+    assert "stray.json" in messages
+
+
 def test_load_records_missing_root(tmp_path):
     with pytest.raises(UserError, match="records directory not found"):
         load_records(tmp_path / "nope")
