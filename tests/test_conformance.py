@@ -104,7 +104,8 @@ def test_method_beats_its_untrained_model(method, task, tmp_path):
     run = dict(rounds=LEARN_ROUNDS, clients=4, per_round=4, roc="1:1:1", seed=0, out=str(tmp_path),
                eval_initial=True, eval_every=LEARN_ROUNDS, measure_flops=False,
                setting="2/-" if personalised else "iid")
-    cfg = {**task_config_for(method, task), **(LEARN_DATA.get(task, {}) if personalised else {})}
+    cfg = {**task_config_for(method, task), **(LEARN_DATA.get(task, {}) if personalised else {}),
+           "depth": TWO_ROUND_DEPTH}
     rec, _ = Experiment(method, task, run, task_config=cfg).run()
     assert rec["status"] == "ok", rec["error"]
     initial, final = rec["results"]["initial"]["metric"], rec["results"]["final"]

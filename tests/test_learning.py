@@ -7,7 +7,8 @@ method must beat, over :data:`SEEDS` and by :data:`MARGIN` on the mean paired di
 (and on every seed), three references of the same budget, task, setting and seed:
 
 * ``untrained``: its own model before round 1 (``results.initial``);
-* ``constant``: a model that always predicts the training data's majority class;
+* ``constant``: a model that always predicts the training data's majority class (one
+  round: :data:`CONSTANT_ROUNDS`, its score does not depend on training);
 * ``head_only`` (globally evaluated methods): FedAvg training only the classifier head;
   ``bias_only`` (personalised methods): the personalised model training only its head's bias.
 
@@ -135,6 +136,9 @@ LEARN_TEXT = {"label": "order", "keywords": 2, "n_train": 600, "n_test": 200, "s
 LOCAL_EPOCHS = {m: 3 for m in ("fed_hello", "fed_hello_rgd", "fed_hello_fim", "fed_hello_gd_triangle", "hetlora",
                                "flora", "fed_plora", "hlora", "lora_fair", "raflora", "fed_pilot", "fedhl",
                                "rolora")}
+#: rounds of the ``constant`` reference: its logits ignore the model, so its score after one
+#: round is its score after any number (test_constant_reference_ignores_training checks it)
+CONSTANT_ROUNDS = 1
 #: methods checked in the default run (the others: FEDBENCH_LEARNING_ALL=1)
 FAST = ("fedavg", "fedra", "inclusivefl", "fedlora", "fedsa_lora")
 
@@ -221,14 +225,15 @@ def broken_methods():
 _RUNS: dict[tuple, dict] = {}
 
 
-def run_once(method: str, task: str, personalised: bool, seed: int, tmp_path_factory, local_epochs: int = 1) -> dict:
-    """The record of ``method`` on ``task`` with the learning budget (:data:`ROUNDS` x
+def run_once(method: str, task: str, personalised: bool, seed: int, tmp_path_factory, local_epochs: int = 1,
+             rounds: int = ROUNDS) -> dict:
+    """The record of ``method`` on ``task`` with the learning budget (``rounds`` x
     ``local_epochs``) and ``seed`` (cached: a reference is shared by every method of the
     same task, evaluation and budget)."""
-    key = (method, task, personalised, seed, local_epochs)
+    key = (method, task, personalised, seed, local_epochs, rounds)
     if key not in _RUNS:
-        run = dict(rounds=ROUNDS, local_epochs=local_epochs, clients=4, per_round=4, roc="1:1:1", seed=seed,
-                   out=str(tmp_path_factory.mktemp("learn")), eval_initial=True, eval_every=ROUNDS,
+        run = dict(rounds=rounds, local_epochs=local_epochs, clients=4, per_round=4, roc="1:1:1", seed=seed,
+                   out=str(tmp_path_factory.mktemp("learn")), eval_initial=True, eval_every=rounds,
                    measure_flops=False, setting="2/-" if personalised else "iid")
         rec, _ = Experiment(method, task, run, task_config=learn_config(method, task, personalised)).run()
         assert rec["status"] == "ok", rec["error"]
@@ -254,8 +259,8 @@ def shortfalls(method: str, task: str, tmp_path_factory) -> list[str]:
     finals = [r["results"]["final"] for r in recs]
     partial = BIAS_ONLY[task] if personalised else "test_head_only"
     refs = {"untrained": [r["results"]["initial"]["metric"] for r in recs],
-            "constant": [run_once("test_constant", task, personalised, s, tmp_path_factory)["results"]["final"]
-                         for s in SEEDS],
+            "constant": [run_once("test_constant", task, personalised, s, tmp_path_factory,
+                                  rounds=CONSTANT_ROUNDS)["results"]["final"] for s in SEEDS],
             "bias_only" if personalised else "head_only":
                 [run_once(partial, task, personalised, s, tmp_path_factory, epochs)["results"]["final"]
                  for s in SEEDS]}
@@ -276,6 +281,16 @@ def test_method_learns(method, task, broken_methods, tmp_path_factory):
     missing = shortfalls(method, task, tmp_path_factory)
     assert not missing, "\n".join(missing)
 
+
+
+def test_constant_reference_ignores_training(broken_methods, tmp_path_factory):
+    """The constant reference's score does not depend on its budget (so it runs
+    :data:`CONSTANT_ROUNDS`): 1 round and 2 rounds x 2 epochs give the same score, the
+    training split's majority-class share of the test labels."""
+    Constant.majority = majority_class("tiny_vision", False)
+    one = run_once("test_constant", "tiny_vision", False, 0, tmp_path_factory, rounds=1)["results"]["final"]
+    more = run_once("test_constant", "tiny_vision", False, 0, tmp_path_factory, 2, rounds=2)["results"]["final"]
+    assert one == more
 
 
 def test_order_labels_are_named_by_keyword_order():

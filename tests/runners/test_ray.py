@@ -103,14 +103,16 @@ def _preset(tmp_path, body: str) -> str:
 
 
 def test_parallel_sweep_lands_records_and_skips_them(tmp_path, capsys):
-    preset = _preset(tmp_path, "methods: [fedavg, fedra]\nseeds: [0, 1]")
+    # two runs for two workers: one each at once (a third would only wait for a free worker)
+    preset = _preset(tmp_path, "methods: [fedavg]\nseeds: [0, 1]")
     assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 0
-    assert "4 runs, 0 already done, 0 failed" in capsys.readouterr().out
+    assert "2 runs, 0 already done, 0 failed" in capsys.readouterr().out
     recs = [json.loads(p.read_text()) for p in (tmp_path / "res").rglob("*.json")]
-    assert len(recs) == 4 and {r["status"] for r in recs} == {"ok"}
+    assert len(recs) == 2 and {r["status"] for r in recs} == {"ok"}
+    assert {r["run"]["run_config"]["seed"] for r in recs} == {0, 1}
     assert {r["env"]["threads"] for r in recs} == {1}
     assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 0
-    assert "4 runs, 4 already done, 0 failed" in capsys.readouterr().out
+    assert "2 runs, 2 already done, 0 failed" in capsys.readouterr().out
     assert ray.is_initialized()  # a sweep that joined a running instance leaves it up
 
 
