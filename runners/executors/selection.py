@@ -5,7 +5,11 @@ worker's step that asks the method which plan the client trains (``Method.client
 (``local``, ``packed``, ``ray``: the worker's :meth:`~fedbench.runners.executors.worker.ClientWorker.select`),
 so the plan a packed group trains is the one a client alone would. The tools compute nothing
 until the method asks (the default hook asks nothing); what they compute is metered as the
-client's work (its FLOPs go to the client's training FLOPs, ``cost.flops_total``).
+client's work (its FLOPs go to the client's training FLOPs, ``cost.flops_total``). A
+pass's FLOPs depend only on its signature (architecture, adapter, blocks, the keys asked, the
+batch's shapes, the precision), as a training step's do (:mod:`~fedbench.runners.cost.parts`):
+the first pass of a signature in a run is counted, later ones reuse its figure
+(:attr:`~fedbench.runners.executors.train.MeterCache.passes`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 from fedbench.methods.base import ClientAPI, ClientPlan, Method
 from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.runners.cost.meters import count_flops
+from fedbench.runners.executors.train import MeterCache, batch_shape
 from fedbench.runners.executors.precision import autocast
 from fedbench.tasks.base import Task, iterate_batches, to_device
 
@@ -29,14 +34,15 @@ FIXED_FIELDS = ("client", "tier", "blocks", "rank", "train_head", "skip", "lora_
 class ClientTools(ClientAPI):
     """One client-round's tools on the model ``am`` with the client's ``tensors`` (payload and
     private state) loaded in ``adapter``, over its examples ``indices`` in an order drawn
-    from ``seed``. ``count``: meter the FLOPs (``flops``)."""
+    from ``seed``. ``meter``: the run's meter cache, where the FLOPs are metered (``flops``);
+    None: not metered."""
 
     def __init__(self, am: AdapterModel, task: Task, dataset: Any, indices: np.ndarray, plan: ClientPlan,
                  tensors: Mapping[str, torch.Tensor], adapter: str, batch_size: int, precision: str, seed: int,
-                 count: bool):
+                 meter: MeterCache | None):
         self.am, self.task, self.dataset, self.indices, self.plan = am, task, dataset, indices, plan
         self.tensors, self.adapter, self.batch_size, self.precision = tensors, adapter, batch_size, precision
-        self.seed, self.count = seed, count
+        self.seed, self.meter = seed, meter
         self.flops = 0.0
 
     def grad_sq_norms(self, keys: Sequence[str], batches: int) -> dict[str, float]:
@@ -77,12 +83,16 @@ class ClientTools(ClientAPI):
                     if n >= batches:
                         break
                     batch = to_device(batch, am.device)
-                    with count_flops() if self.count else contextlib.nullcontext() as fc:
+                    key = ("select", self.plan.arch, self.adapter, self.plan.blocks, tuple(keys), batch_shape(batch),
+                           self.precision)
+                    known = None if self.meter is None else self.meter.passes.get(key)
+                    with count_flops() if self.meter is not None and known is None else contextlib.nullcontext() as fc:
                         with autocast(am.device, self.precision):
                             loss, _ = self.task.loss(am.model, batch)
                         grads = torch.autograd.grad(loss, params, allow_unused=True)
                     if fc is not None:
-                        self.flops += float(fc.get_total_flops())
+                        known = self.meter.passes[key] = float(fc.get_total_flops())
+                    self.flops += known or 0.0
                     yield dict(zip(keys, grads))
                     n += 1
             finally:

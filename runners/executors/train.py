@@ -43,6 +43,9 @@ class MeterCache:
     #: whole-step figures by :func:`meter_key` (executors that meter a client's step apart from
     #: its training: ``packed``); a cache of compositions, not checkpointed
     steps: dict[tuple, tuple[float, float, int, dict]] = field(default_factory=dict)
+    #: FLOPs of one client-selection pass (loss and gradients, ``ClientAPI``) by its signature;
+    #: deterministic like ``steps``, so not checkpointed
+    passes: dict[tuple, float] = field(default_factory=dict)
     measured: int = 0
     reused: int = 0
 
@@ -195,10 +198,11 @@ def meter_key(shape_key: tuple, phase: LocalPhase, plan: ClientPlan, batch: Any,
     the trainable set, the batch's tensor shapes and the precision. Its composed figures are
     deterministic, so an executor that cannot probe its clients' steps one by one (``packed``)
     keeps them by this key (:attr:`MeterCache.steps`)."""
-    return shape_key + (phase.name, plan.blocks, tuple(sorted(phase.trainable)), _shape(batch), precision)
+    return shape_key + (phase.name, plan.blocks, tuple(sorted(phase.trainable)), batch_shape(batch), precision)
 
 
-def _shape(batch: Any) -> tuple:
+def batch_shape(batch: Any) -> tuple:
+    """A batch's signature: its tensors' names and shapes."""
     if isinstance(batch, dict):
         return tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()) if isinstance(v, torch.Tensor))
     return (tuple(batch.shape),)
@@ -229,7 +233,7 @@ class PartsMeter(StepMeter):
         am, cache = self.am, self.cache
         prefix = am.bundle.blocks_path + "."
         rest_trainable = tuple(sorted(k for k in self.phase.trainable if not k.startswith(prefix)))
-        base = self.shape_key + (self.phase.name, _shape(batch), self.precision)
+        base = self.shape_key + (self.phase.name, batch_shape(batch), self.precision)
         keys = self.probe.keys(base, rest_trainable, self.hidden_pos)
         keys = {part: key + (("act_bits", self.bits[part]),) if part in range(len(self.bits)) else key
                 for part, key in keys.items()}

@@ -191,7 +191,7 @@ class ClientWorker:
         am = self.pool.get(arch)
         tools = ClientTools(am, self.pool.task, self.pool.data.train, job.indices, job.plan, tensors,
                             adapter_for(am, job.plan), self.settings.batch_size, self.settings.precision,
-                            seed_for(job.seed, "select"), count=self.meter is not None)
+                            seed_for(job.seed, "select"), self.meter)
         with torch.random.fork_rng(devices=[am.device] if am.device.type == "cuda" else []):
             plan = select_plan(self.method, job.plan, tools)
         return dataclasses.replace(job, plan=plan), tools.flops

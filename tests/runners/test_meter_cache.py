@@ -5,7 +5,7 @@ import pytest
 
 from fedbench.runners.executors import train
 
-from fedbench.runners.executors import worker
+from fedbench.runners.executors import selection, worker
 
 from smoke import SMALL_TASK_CONFIGS
 from helpers import run_ok
@@ -43,4 +43,32 @@ def test_reused_figures_equal_measured_figures(tmp_path, monkeypatch, method, ru
     assert every["meter_reused"] == 0
     assert every["meter_measurements"] == cached["meter_measurements"] + cached["meter_reused"]
     for key in ("tflops_per_step", "accounted_mem_gb", "tflops_total", "peak_mem_gb"):
+        assert every[key] == cached[key], key
+
+
+class _PassesNeverReused(dict):
+    """A selection-pass cache that is never read: every pass is counted."""
+
+    def get(self, key, default=None):
+        return default
+
+
+class _CountEveryPass(train.MeterCache):
+    def __init__(self):
+        super().__init__(passes=_PassesNeverReused())
+
+
+def test_reused_selection_passes_give_the_counted_flops(tmp_path, monkeypatch):
+    """LoRA-A2's clients select their ranks from gradients on their own data (``client_select``):
+    a selection pass of a signature seen before reuses its FLOPs, and the run's FLOPs are those
+    of counting every pass."""
+    counted = []
+    real_count = selection.count_flops
+    monkeypatch.setattr(selection, "count_flops", lambda: counted.append(1) or real_count())
+    cached = _run(tmp_path / "cached", "lora_a2", {"roc": "1:1:1"})
+    n_cached = len(counted)
+    monkeypatch.setattr(worker, "MeterCache", _CountEveryPass)
+    every = _run(tmp_path / "every", "lora_a2", {"roc": "1:1:1"})
+    assert 0 < n_cached < len(counted) - n_cached  # the cache was used, and every pass counted without it
+    for key in ("tflops_per_step", "tflops_total"):
         assert every[key] == cached[key], key
