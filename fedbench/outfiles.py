@@ -44,6 +44,8 @@ class OutputError(UserError):
 
 def _show(path: str | os.PathLike) -> str:
     text = str(path)
+    if len(text) <= 200 and text.isprintable():  # the common case, cheap: a sweep checks every record path
+        return text
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return text if len(text) <= 200 else text[:120] + "..." + text[-60:]
 

@@ -114,6 +114,11 @@ class RunSpec:
         (:data:`~fedbench.version.RUN_ID_VERSION`, frozen: a release renames no finished run)
         and the method's ``version`` from 2 on (a bumped rule gets new ids; 1 adds nothing,
         like a field at its default)."""
+        return _hash_identity(self._identity)
+
+    @functools.cached_property
+    def _identity(self) -> dict[str, Any]:
+        """What :attr:`run_id` hashes."""
         c = self.configs()
         c = {"run": without_defaults(RunConfig, c["run"]),
              "method": without_defaults(type(self.method_config), c["method"]),
@@ -122,8 +127,18 @@ class RunSpec:
                     "task_config": c["task"], "run": c["run"], "version": RUN_ID_VERSION}
         if self.method_cls.version != 1:
             identity["method_version"] = self.method_cls.version
-        blob = json.dumps(identity, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return identity
+
+    def with_seed(self, seed: int) -> "RunSpec":
+        """This run at another ``seed`` (validated as :class:`RunConfig` validates it), its
+        run id derived from this spec's identity with only the seed changed: what
+        :func:`build_spec` gives for the same fields, without rebuilding and re-hashing every
+        config (a sweep's seeds axis; ``tests/runners/test_sweep_scale.py`` checks the ids agree)."""
+        spec = replace(self, run=replace(self.run, seed=seed))
+        run = {k: v for k, v in self._identity["run"].items() if k != "seed"}
+        run.update(without_defaults(RunConfig, {"seed": seed}))
+        spec.__dict__["_identity"] = {**self._identity, "run": run}  # cached_property's slot: frozen fields untouched
+        return spec
 
     def variant(self) -> dict[str, Any]:
         """Every field that can change a result (role ``result``), dotted: ``lr``,
@@ -135,6 +150,11 @@ class RunSpec:
     def record_path(self) -> Path:
         return records.record_path(self.run.out, {"run": {"task": self.task, "method": self.method,
                                                           "run_id": self.run_id}})
+
+
+def _hash_identity(identity: dict[str, Any]) -> str:
+    blob = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def with_profile(task: str, profile: str | None, run: Mapping[str, Any] | None,
