@@ -112,7 +112,7 @@ def verdict(root: Path, case: Case, rc: int | None, err: str, diff: list[str]) -
         return f"CHANGED {diff[0]}" + (f" (+{len(diff) - 1})" if len(diff) > 1 else "")
     if case.expect == 2 and (len(lines) != 1 or not lines[0].startswith("fedbench: error: ")):
         return f"LINES {len(lines)}"
-    if case.stderr and not re.search(case.stderr, err):
+    if case.stderr and not re.search(case.stderr, err, re.IGNORECASE | re.DOTALL):
         return f"STDERR lacks {case.stderr!r}"
     problem = case.check(root) if case.check else None
     if problem:

@@ -27,7 +27,7 @@ from fedbench import records
 from fedbench.config import IDENTITY_ROLES, RESULT, config_to_dict, values_with_roles, without_defaults
 from fedbench.configs import RunConfig, eval_period
 from fedbench.runners.core.config import validate_run
-from fedbench.runners.core.tiers import tier_ranks_for
+from fedbench.runners.core.tiers import check_capacities, tier_ranks_for
 from fedbench.tasks.setting import parse_setting
 
 
@@ -203,6 +203,7 @@ def build_spec(method: str, task: str, run: Mapping[str, Any] | RunConfig | None
         local_split=r.local_split or ("8:1:1" if method_cls.evaluation == "local" else None),
         tier_ranks=tier_ranks_for(r.tier_ranks, task_cls.kind),  # None = the paper's, by task kind
     )
+    check_capacities(run_cfg.capacities, run_cfg.clients, run_cfg.dynamic)
     return RunSpec(method_key, task_key, run_cfg, method_cls.resolve_config(method_cfg, task_cls.kind), task_cfg)
 
 

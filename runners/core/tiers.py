@@ -37,6 +37,16 @@ def tier_ranks_for(tier_ranks: Sequence[int] | None, task_kind: str) -> list[int
     return list(paper_defaults(task_kind).tier_ranks)
 
 
+def check_capacities(capacities: Sequence[int] | None, n_clients: int, dynamic: bool) -> None:
+    """A fixed (not ``--dynamic``) ``--capacities`` list gives client i the budget i (cycled): a
+    list longer than the clients would hold budgets no client gets, and tiers with no client;
+    one :class:`UserError` line (checked when the spec is built and when the tiers are)."""
+    if capacities and not dynamic and len(capacities) > n_clients:
+        raise UserError(f"--capacities lists {len(capacities)} layer budgets for {n_clients} clients: the last "
+                        f"{len(capacities) - n_clients} would go to no client (give at most one per client, or "
+                        f"--dynamic to draw each round's budgets from the list)")
+
+
 def largest_remainder(n: int, fractions: Sequence[Fraction | float | int]) -> list[int]:
     """Integer counts summing to n, as close as possible to n * fractions (Hamilton's
     largest-remainder method, in exact rational arithmetic).
@@ -93,6 +103,7 @@ class TierAssigner:
             assignment = np.repeat(np.arange(len(fr)), counts)
             self.assignment = rng.permutation(assignment)
         elif capacities:
+            check_capacities(capacities, n_clients, dynamic)
             bad = [c for c in capacities if c < 1 or c > n_layers]
             if bad:
                 raise UserError(f"--capacities {bad[0]} is outside 1..{n_layers} (the model has {n_layers} layers)")
