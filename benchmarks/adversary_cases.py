@@ -23,6 +23,7 @@ TINY = ["--task", "tiny_text", "--rounds", "1", "--clients", "2", "--per-round",
         "--set", "task.n_train=80", "--set", "task.n_test=40", "--no-progress"]
 RUN = ["run", "--method", "fedavg", *TINY]
 PLAN = ["plan", "--methods", "fedavg", "--model", "minilm-l6"]
+CLAIMS = ["claims", "fedra", "--claims", "claims_real", "--records", "base"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ def make_fixtures(root: Path, run_fedbench: Callable[[list[str]], int]) -> dict[
     and copies of them to tamper with. Returns which optional fixtures could be made."""
     have = {}
     _write(root, "outside/victim.md", "not fedbench's\n")
+    shutil.copytree(Path(__file__).resolve().parents[1] / "leaderboard" / "claims", root / "claims_real")
     os.mkfifo(root / "fifo")
     os.mkfifo(root / "claims_fifo_dir.tmp")  # moved into a folder below
     try:  # a copy of /dev/full (char 1,7) that a regression could only damage here
@@ -124,10 +126,11 @@ def make_fixtures(root: Path, run_fedbench: Callable[[list[str]], int]) -> dict[
     _write(root, "cat_nobf16.yaml", _yaml({"oldphone": {"memory_gb": 4, "tflops": {"fp32": 1.0},
                                                         "uplink_mbps": 1, "downlink_mbps": 1, "source": "x"}}))
     # claim files, one folder each (a claims folder is read whole)
+    head = "paper: x\ntitle: t\nblocks:\n  - table: t\n    task: tiny_text\n    method: fedavg\n    columns: {iid: x}\n"
     claims = {"list": "- a\n- b\n", "blocks5": "paper: x\ntitle: t\nblocks: 5\n", "empty": "",
-              "nullgroups": "paper: x\ntitle: t\nblocks:\n  - table: t\n    task: tiny_text\n    groups: null\n",
+              "nullgroups": f"{head}    groups: null\n",
               "syntax": "paper: x\ntitle: [unclosed\n",
-              "command": "paper: x\ntitle: t\nblocks:\n  - table: t\n    task: tiny_text\n    command: {nosuch: 1}\n"
+              "command": f"{head}    command: fedbench sweep x.yaml --only seed={{seed_list}}\n"
                          "    groups:\n      - roc: '6:3:1'\n        figures: {fedavg: [1.0]}\n"}
     for name, text in claims.items():
         _write(root, f"claims_{name}/x.yaml", text)
@@ -176,9 +179,12 @@ def cases(have: dict[str, bool]) -> list[Case]:
     plug = {"PYTHONPATH": "plug"}
     out = [
         # 1: outputs that are not ours: devices, FIFOs, symlinks out, folders, long names
-        Case("claims --out a FIFO", "1", ["claims", "fedra", "--records", "base", "--out", "fifo"], check=_still("fifo", "fifo")),
-        Case("claims --out a symlink out of its folder", "1", ["claims", "fedra", "--records", "base", "--out", "report_link.md"]),
-        Case("claims --out a folder", "1", ["claims", "fedra", "--records", "base", "--out", "a_folder"]),
+        Case("claims --out a new file (the control)", "1", [*CLAIMS, "--out", "c_claims/report.md"], expect=0,
+             writes=("c_claims",), check=lambda root: None if (root / "c_claims/report.md").is_file() else "no report",
+             doc="the report is written where asked"),
+        Case("claims --out a FIFO", "1", [*CLAIMS, "--out", "fifo"], check=_still("fifo", "fifo")),
+        Case("claims --out a symlink out of its folder", "1", [*CLAIMS, "--out", "report_link.md"]),
+        Case("claims --out a folder", "1", [*CLAIMS, "--out", "a_folder"]),
         Case("leaderboard: its <task>.md a symlink out", "1", ["leaderboard", "--records", "base", "--out", "lb_link"]),
         Case("leaderboard --out a regular file", "1", ["leaderboard", "--records", "base", "--out", "plain_file"]),
         Case("leaderboard --out a FIFO", "1", ["leaderboard", "--records", "base", "--out", "fifo"], check=_still("fifo", "fifo")),
@@ -192,7 +198,7 @@ def cases(have: dict[str, bool]) -> list[Case]:
         Case("export --out a folder path through a file", "1", ["export", "--records", "base", "--out", "plain_file/x"]),
     ]
     if have.get("devnode"):
-        out += [Case("claims --out a device (copy of /dev/full)", "1", ["claims", "fedra", "--records", "base", "--out",
+        out += [Case("claims --out a device (copy of /dev/full)", "1", [*CLAIMS, "--out",
                                                                          "devfull"], check=_still("chr", "devfull")),
                 Case("export --out a device", "1", ["export", "--records", "base", "--out", "devfull"],
                      check=_still("chr", "devfull"))]
@@ -270,7 +276,7 @@ def cases(have: dict[str, bool]) -> list[Case]:
           for name, what in (("list", "a list, not a mapping"), ("blocks5", "blocks: 5"), ("nullgroups", "groups: null"),
                              ("command", "command names an unknown field"), ("empty", "an empty file"),
                              ("syntax", "a YAML syntax error"))],
-        Case("claims: an unknown paper", "8", ["claims", "nosuchpaper", "--records", "base"]),
+        Case("claims: an unknown paper", "8", ["claims", "nosuchpaper", "--claims", "claims_real", "--records", "base"]),
         # 9: records tampered with
         Case("leaderboard over a hand-edited record", "9", ["leaderboard", "--records", "rec_edited", "--out", "c_lb1"],
              expect=0, writes=("c_lb1",), stderr="warning", doc="docs/guide/running.md: a mismatch is one warning, "
@@ -313,7 +319,8 @@ def cases(have: dict[str, bool]) -> list[Case]:
         Case("sweep: a preset with an unknown key", "new", ["sweep", "badkey_preset.yaml", "--dry-run"]),
         Case("sweep: a duplicate seed", "new", ["sweep", "dup_preset.yaml", "--dry-run"]),
         Case("export --per bogus", "new", ["export", "--records", "base", "--per", "bogus"]),
-        Case("compare: records folder missing", "new", ["compare", "--records", "no_such_dir"]),
+        Case("compare: records folder missing", "new", ["compare", "fedavg", "--against", "fedra", "--task", "tiny_text",
+                                                             "--records", "no_such_dir"]),
         Case("SIGTERM mid-run on a tiny task", "new", [*RUN, "--rounds", "400", "--out", "c_term"],
              expect=130, writes=("c_term",), signal_after="c_term/tiny_text/fedavg",
              check=_record_status("c_term", "cancelled"), doc="docs/guide/running.md: 130 interrupted, a cancelled record"),
