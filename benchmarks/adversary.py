@@ -9,7 +9,8 @@ device nodes, symlinks out of output folders, huge, deep and aliased inputs, bro
 and callbacks, tampered records, bad claim files), under a 30 s limit. Its verdict:
 
 * ``clean``: exit 2, one stderr line ``fedbench: error: ...`` naming the problem, and no
-  file, FIFO, device or link in the temp folder changed (nothing written or damaged);
+  file, FIFO, device or link in the temp folder changed (nothing written or damaged; a
+  refusal found once the data is read may leave the given, empty records folder);
 * ``documented``: another exit status the case expects, with where that behaviour is
   documented; no traceback, nothing changed outside the paths the case may write;
 * otherwise the defect: ``HANG`` (killed at 30 s), ``TRACEBACK``, ``EXIT n (want m)``,
@@ -59,6 +60,8 @@ def snapshot(root: Path) -> dict[str, tuple]:
                     with open(p, "rb") as f:
                         digest = hashlib.sha256(f.read()).hexdigest()
                 out[rel] = ("file", st.st_size, digest)
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir",)
             else:
                 out[rel] = (stat.S_IFMT(st.st_mode), st.st_rdev)
     return out
@@ -144,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     for i, case in enumerate(todo, 1):
         before = snapshot(root)
         rc, _out, err, _s = run_case(root, case)
-        allowed = (*case.writes, "_tmp") if case.expect != 2 else ()
-        diff = changed(before, snapshot(root), allowed)
+        after = snapshot(root)
+        diff = changed(before, after, (*case.writes, "_tmp") if case.expect != 2 else case.writes)
+        if case.expect == 2:  # in the given records folder a refusal may leave empty folders, no file
+            diff += [k for k in changed(before, after, ()) if k not in diff and after.get(k, ("gone",))[0] != "dir"]
         v = verdict(root, case, rc, err, diff)
         first = next((line for line in err.splitlines() if line.strip()), "")
         if v not in ("clean", "documented"):
@@ -156,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{_cell(first)} | {_cell(v, 80)} |", flush=True)
     print(f"\n{len(todo) - bad} of {len(todo)} cases clean or documented, {bad} defects; "
           f"{time.monotonic() - t0:.0f} s in all")
+    if have.get("smallfs"):
+        subprocess.run(["umount", str(root / "smallfs")], capture_output=True)
     if args.keep:
         print(f"temp folder kept: {root}")
     else:

@@ -85,6 +85,27 @@ def make_fixtures(root: Path, run_fedbench: Callable[[list[str]], int]) -> dict[
         f.truncate(2 * 1024**3)  # sparse: 2 GB of NULs, no disk used
     os.mkfifo(root / "rec_fifo_rec/tiny_text/fedavg/pipe.json")
     os.symlink(root / "outside/victim.md", root / "rec_link_rec/tiny_text/fedavg/link.json")
+    moved = _records(root, "base")[0]
+    _write(root, f"rec_moved/tiny_vision/fedavg/{moved.name}", moved.read_bytes())  # under another task's folder
+    # data folders: a 2 GB training file, a FIFO and a device where the records go
+    _write(root, "dolly_big/test.jsonl", json.dumps({"instruction": "a", "context": "", "response": "b",
+                                                     "category": "open_qa"}) + "\n")
+    with open(root / "dolly_big/train.jsonl", "wb") as f:
+        f.truncate(2 * 1024**3)
+    (root / "dolly_fifo").mkdir()
+    os.mkfifo(root / "dolly_fifo/databricks-dolly-15k.jsonl")
+    (root / "ledgar_dev").mkdir()
+    os.symlink("/dev/zero", root / "ledgar_dev/train.jsonl")
+    _write(root, "list.yaml", "- run\n- method\n")
+    try:  # a 64 KB file system, full after the first checkpoint (needs mount rights: root)
+        (root / "smallfs").mkdir()
+        import subprocess
+
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(root / "smallfs")], check=True,
+                       capture_output=True)
+        have["smallfs"] = True
+    except (OSError, subprocess.CalledProcessError):
+        have["smallfs"] = False
     # outputs: symlinks out, a too-long name, folders where files go
     os.symlink("../outside/victim.md", root / "report_link.md")
     (root / "lb_link").mkdir()
@@ -302,6 +323,29 @@ def cases(have: dict[str, bool]) -> list[Case]:
         Case("run --workers with --executor packed", "10", [*RUN, "--executor", "packed", "--workers", "2"]),
         Case("run --deadline without --devices", "10", [*RUN, "--deadline", "5"]),
         # new
+        Case("dolly: a 2 GB training file", "new", ["run", "--method", "fedavg", "--task", "dolly", "--model", "tiny-llama",
+                                                     "--data-dir", "dolly_big", "--no-progress", "--out", "c_r"],
+             writes=("c_r",)),
+        Case("dolly: the data file is a FIFO", "new", ["run", "--method", "fedavg", "--task", "dolly", "--model",
+                                                        "tiny-llama", "--data-dir", "dolly_fifo", "--no-progress",
+                                                        "--out", "c_r"]),
+        Case("ledgar: train.jsonl a link to /dev/zero", "new", ["run", "--method", "fedavg", "--task", "ledgar",
+                                                                 "--data-dir", "ledgar_dev", "--no-progress", "--out", "c_r"],
+             writes=("c_r",)),
+        Case("leaderboard --records /dev/zero", "new", ["leaderboard", "--records", "/dev/zero", "--out", "c_lb7"]),
+        Case("export --records a FIFO", "new", ["export", "--records", "fifo", "--out", "c_ex2"]),
+        Case("leaderboard: a record under another task's folder", "new", ["leaderboard", "--records", "rec_moved",
+                                                                           "--out", "c_lb8"],
+             expect=0, writes=("c_lb8",), doc="docs/guide/running.md: a record is read by its content wherever it "
+             "lies; a second copy of a run is one warning"),
+        Case("run --config: a YAML list", "new", [*RUN, "--config", "list.yaml"]),
+        Case("run --set task.seq_len=1e999", "new", [*RUN, "--set", "task.seq_len=1e999"]),
+        Case("run --roc 6:3:1 --tier-ranks 1,2", "new", [*RUN, "--roc", "6:3:1", "--tier-ranks", "1,2"]),
+        Case("plan --model nosuch", "new", ["plan", "--methods", "fedavg", "--model", "nosuch"]),
+        Case("plan --lora-targets nosuch", "new", [*PLAN, "--lora-targets", "nosuch"]),
+        Case("plan bf16 on a device with no bf16 figure", "new", [*PLAN, "--devices", "oldphone", "--device-catalog",
+                                                                  "cat_nobf16.yaml", "--precision", "bf16"]),
+        Case("sweep --only seed=abc", "new", ["sweep", "base.yaml", "--only", "seed=abc", "--dry-run"]),
         Case("run --method nosuch", "new", ["run", "--method", "fedavgg", "--task", "tiny_text"]),
         Case("run --task nosuch", "new", ["run", "--method", "fedavg", "--task", "tiny_txt"]),
         Case("run --seed -1", "new", [*RUN, "--seed", "-1"]),
@@ -325,4 +369,8 @@ def cases(have: dict[str, bool]) -> list[Case]:
              expect=130, writes=("c_term",), signal_after="c_term/tiny_text/fedavg",
              check=_record_status("c_term", "cancelled"), doc="docs/guide/running.md: 130 interrupted, a cancelled record"),
     ]
+    if have.get("smallfs"):
+        out.append(Case("a full disk after the first round", "6", [*RUN, "--rounds", "2", "--out", "smallfs/out"],
+                        expect=1, writes=("smallfs",), check=_record_status("smallfs/out", "failed"),
+                        doc="docs/guide/running.md: a full disk while saving is the failed record and one line"))
     return out

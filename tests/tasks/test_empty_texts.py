@@ -82,3 +82,16 @@ def test_natural_instructions_empty_input_and_empty_targets(tmp_path, caplog):
     rows[3]["targets"] = 5
     with pytest.raises(UserError, match=r"train.jsonl line 4: field 'targets' must be a string, got integer"):
         write(rows).read_examples()
+
+
+def test_a_local_data_file_over_the_limit_is_one_line_before_it_is_read(tmp_path, monkeypatch):
+    """A data file is read whole: one larger than ``DATA_MAX_BYTES`` (1 GiB; a 2 GB file was
+    read into memory before) is refused with its size, before a byte is read."""
+    from fedbench.tasks import record_files
+
+    monkeypatch.setattr(record_files, "DATA_MAX_BYTES", 100)
+    p = tmp_path / "train.jsonl"
+    p.write_text(json.dumps({"text": "a clause " * 20, "label": 0}) + "\n")
+    monkeypatch.setattr(type(p), "read_bytes", lambda self: pytest.fail("read past the limit"))
+    with pytest.raises(UserError, match=r"train.jsonl: 205 bytes, more than the 100 a local data file may hold"):
+        read_records(p, row_checker([], ""))
