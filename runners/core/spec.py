@@ -28,7 +28,9 @@ from fedbench.config import IDENTITY_ROLES, RESULT, config_to_dict, values_with_
 from fedbench.configs import RunConfig, eval_period
 from fedbench.runners.core.config import validate_run
 from fedbench.runners.core.tiers import check_capacities, tier_ranks_for
+from fedbench.tasks.partition import n_clients_for
 from fedbench.tasks.setting import parse_setting
+from fedbench.runners.core.federation import check_per_round
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,11 @@ def build_spec(method: str, task: str, run: Mapping[str, Any] | RunConfig | None
         local_split=r.local_split or ("8:1:1" if method_cls.evaluation == "local" else None),
         tier_ranks=tier_ranks_for(r.tier_ranks, task_cls.kind),  # None = the paper's, by task kind
     )
-    check_capacities(run_cfg.capacities, run_cfg.clients, run_cfg.dynamic)
+    setting = parse_setting(run_cfg.setting)
+    if not setting.needs_domains:  # the client count is known now (a domain setting takes it from the data)
+        n_clients = n_clients_for(setting, run_cfg.clients, None)
+        check_per_round(run_cfg.per_round, n_clients)
+        check_capacities(run_cfg.capacities, n_clients, run_cfg.dynamic)
     return RunSpec(method_key, task_key, run_cfg, method_cls.resolve_config(method_cfg, task_cls.kind), task_cfg)
 
 
