@@ -124,8 +124,8 @@ def verdict(root: Path, case: Case, rc: int | None, err: str, diff: list[str]) -
 
 
 def _cell(text: str, width: int = 110) -> str:
-    text = text.replace("|", "\\|").replace("`", "'")
-    return text if len(text) <= width else text[: width - 3] + "..."
+    text = text if len(text) <= width else text[: width - 3] + "..."  # cut, then escape for markdown
+    return text.replace("|", "\\|").replace("`", "'").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
 
 
 def main(argv: list[str] | None = None) -> int:
