@@ -74,7 +74,8 @@ def changed(before: dict, after: dict, allowed: tuple[str, ...]) -> list[str]:
 
 
 def _env(root: Path, extra: dict | None) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TMPDIR=str(root / "_tmp"), PYTHONHASHSEED="0")
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TMPDIR=str(root / "_tmp"), PYTHONHASHSEED="0",
+               XDG_CACHE_HOME=str(root / "_cache"))  # the list cache: kept inside, fresh each harness run
     for k, v in (extra or {}).items():
         env[k] = str(root / v) if k == "PYTHONPATH" else v
     return env
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="fedbench-adversary-"))
     (root / "_tmp").mkdir()
+    (root / "_cache").mkdir()
     t0 = time.monotonic()
     have = make_fixtures(root, lambda a: subprocess.run([sys.executable, "-m", "fedbench", *a], cwd=root,
                                                         env=_env(root, None), capture_output=True).returncode)
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         before = snapshot(root)
         rc, _out, err, _s = run_case(root, case)
         after = snapshot(root)
-        diff = changed(before, after, (*case.writes, "_tmp") if case.expect != 2 else case.writes)
+        diff = changed(before, after, (*case.writes, "_tmp", "_cache") if case.expect != 2 else case.writes)
         if case.expect == 2:  # in the given records folder a refusal may leave empty folders, no file
             diff += [k for k in changed(before, after, ()) if k not in diff and after.get(k, ("gone",))[0] != "dir"]
         v = verdict(root, case, rc, err, diff)
