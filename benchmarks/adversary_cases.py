@@ -107,7 +107,8 @@ def make_fixtures(root: Path, run_fedbench: Callable[[list[str]], int]) -> dict[
     except (OSError, subprocess.CalledProcessError):
         have["smallfs"] = False
     # outputs: symlinks out, a too-long name, folders where files go
-    os.symlink("../outside/victim.md", root / "report_link.md")
+    (root / "reports").mkdir()
+    os.symlink("../outside/victim.md", root / "reports/report_link.md")
     (root / "lb_link").mkdir()
     os.symlink("../outside/victim.md", root / "lb_link/tiny_text.md")
     (root / "run_link").mkdir()
@@ -204,7 +205,7 @@ def cases(have: dict[str, bool]) -> list[Case]:
              writes=("c_claims",), check=lambda root: None if (root / "c_claims/report.md").is_file() else "no report",
              doc="the report is written where asked"),
         Case("claims --out a FIFO", "1", [*CLAIMS, "--out", "fifo"], check=_still("fifo", "fifo")),
-        Case("claims --out a symlink out of its folder", "1", [*CLAIMS, "--out", "report_link.md"]),
+        Case("claims --out a symlink out of its folder", "1", [*CLAIMS, "--out", "reports/report_link.md"]),
         Case("claims --out a folder", "1", [*CLAIMS, "--out", "a_folder"]),
         Case("leaderboard: its <task>.md a symlink out", "1", ["leaderboard", "--records", "base", "--out", "lb_link"]),
         Case("leaderboard --out a regular file", "1", ["leaderboard", "--records", "base", "--out", "plain_file"]),
