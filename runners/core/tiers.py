@@ -8,8 +8,9 @@ same count as a prefix depth (depth methods), and a LoRA rank (rank methods).
   ``tier_ranks`` (None = by task kind, Fed-HeLLo Sec. IV-A's rank baselines: 1/4/16 for
   classification, 1/1/8 for instruction tuning; :mod:`fedbench.methods.paper_defaults`).
   Tier 0 is the weakest. Counts are exact (``largest_remainder`` on :class:`fractions.Fraction`).
-- ``--capacities``: per-client layer counts (FedRA), cycled when there are more clients;
-  tiers are the distinct counts in ascending order.
+- ``--capacities``: per-client layer counts (FedRA), cycled when there are more clients
+  (more counts than clients is refused unless ``--dynamic`` draws from them:
+  :func:`check_capacities`); tiers are the distinct counts in ascending order.
 - neither: every client can train everything (tier 0).
 - ``--dynamic``: every round each client's budget is redrawn (FedRA Table 4): from the
   tier distribution (roc) or uniformly from the capacities list.
