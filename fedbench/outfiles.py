@@ -30,7 +30,7 @@ from typing import BinaryIO, Callable
 
 from fedbench.errors import UserError
 
-__all__ = ["NAME_MAX", "PATH_MAX", "OutputError", "check_output", "new_temp_dir", "replace_dir",
+__all__ = ["NAME_MAX", "PATH_MAX", "OutputError", "check_name", "check_output", "new_temp_dir", "replace_dir",
            "write_bytes", "write_text", "write_with"]
 
 #: the longest file name and path the writer attempts (Linux's NAME_MAX and PATH_MAX - 1)
@@ -44,6 +44,8 @@ class OutputError(UserError):
 
 def _show(path: str | os.PathLike) -> str:
     text = str(path)
+    if len(text) <= 200 and text.isprintable():  # the common case, cheap: a sweep checks every record path
+        return text
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return text if len(text) <= 200 else text[:120] + "..." + text[-60:]
 
@@ -68,6 +70,19 @@ def _stat(path: Path, shown: str, follow: bool) -> os.stat_result | None:
         raise OutputError(f"cannot write {shown}: {err.strerror or err}") from None
 
 
+def check_name(path: str | os.PathLike) -> None:
+    """:class:`OutputError` for a path the file system cannot hold: a name (any part of the
+    path) over :data:`NAME_MAX` bytes, the whole over :data:`PATH_MAX`, a NUL character. Also
+    for folders fedbench creates (:func:`~fedbench.records.prepare_out_dir`)."""
+    text = str(path)
+    if "\0" in text:
+        raise OutputError(f"cannot write {_show(path)}: a NUL character in the path")
+    if any(len(os.fsencode(part)) > NAME_MAX for part in Path(text).parts) \
+            or len(os.fsencode(os.path.abspath(text))) > PATH_MAX:
+        raise OutputError(f"cannot write {_show(path)}: file name too long (at most {NAME_MAX} bytes a name, "
+                          f"{PATH_MAX} a path)")
+
+
 def check_output(path: str | os.PathLike, root: str | os.PathLike | None = None, kind: str = "file") -> Path:
     """The path to write for output ``path`` inside folder ``root`` (``kind``: ``"file"`` or
     ``"dir"``); :class:`OutputError` for anything the module docstring refuses. A symlink to
@@ -75,11 +90,7 @@ def check_output(path: str | os.PathLike, root: str | os.PathLike | None = None,
     path = Path(path)
     root = Path(root) if root is not None else path.parent
     shown = _show(path)
-    if len(os.fsencode(path.name)) > NAME_MAX or len(os.fsencode(os.path.abspath(path))) > PATH_MAX:
-        raise OutputError(f"cannot write {shown}: file name too long (at most {NAME_MAX} bytes a name, "
-                          f"{PATH_MAX} a path)")
-    if "\0" in str(path):
-        raise OutputError(f"cannot write {shown}: a NUL character in the path")
+    check_name(path)
     if not _inside(os.path.abspath(path), os.path.abspath(root)) or os.path.abspath(path) == os.path.abspath(root):
         raise OutputError(f"cannot write {shown}: not inside the output folder {_show(root)}")
     real_root = os.path.realpath(root)

@@ -81,6 +81,7 @@ def prepare_out_dir(root: str | os.PathLike, create: bool = True) -> Path:
     With ``create=False`` (a dry run) nothing is created: an existing ``root`` must be a
     writable directory, a missing one must have a creatable parent."""
     root = Path(root).expanduser()
+    outfiles.check_name(root)  # a name the file system cannot hold: one line, not an OSError from exists()
     if root.exists() and not root.is_dir():
         raise UserError(f"output directory {root} is not a directory (a file of that name exists)")
     if not create and not root.exists():

@@ -57,7 +57,8 @@ class _Checker:
         self.path, self.what = path, what
 
     def fail(self, node: yaml.Node, where: str, problem: str) -> UserError:
-        return UserError(f"{self.what} {self.path} line {node.start_mark.line + 1}: {where}: {problem}")
+        at = f"{where}: " if where else ""  # the document itself has no name to give
+        return UserError(f"{self.what} {self.path} line {node.start_mark.line + 1}: {at}{problem}")
 
     def check(self, node: yaml.Node, spec: Any, where: str) -> None:
         if isinstance(spec, dict):

@@ -75,8 +75,8 @@ from fedbench.tasks.models import (
     word_tokenizer,
 )
 from fedbench.tasks.instruction_encoding import IGNORE, PromptDataset, encode_pairs
-from fedbench.tasks.instruction_examples import Example, first_value, holdout
-from fedbench.tasks.record_files import check_rows, hub_splits, json_type, read_local_splits, read_records, text_problem
+from fedbench.tasks.instruction_examples import Example, drop_empty_responses, first_value, holdout, row_problem
+from fedbench.tasks.record_files import check_rows, hub_splits, read_local_splits, read_records
 from fedbench.tasks.partition import check_disjoint
 from fedbench.tasks.rouge import rouge_l
 
@@ -149,18 +149,8 @@ class InstructionTask(Task):
                          f"--data-dir <folder> with {self.layout_hint}")
 
     def row_problem(self, row: dict) -> str | None:
-        """What is wrong with a record (its instruction or response is not a string), or None."""
-        for key in ("instruction", "response"):
-            names = self.fields[key]
-            value = first_value(row, names)
-            if value is None:
-                return f"missing field {names[0]!r}" + (f" (or {', '.join(map(repr, names[1:]))})" if names[1:] else "")
-            name = next(n for n in names if n in row)
-            if not isinstance(value, str):
-                return f"field {name!r} must be a string, got {json_type(value)}"
-            if (problem := text_problem(name, value)) is not None:
-                return problem
-        return None
+        """Why a record cannot be trained on (:func:`~fedbench.tasks.instruction_examples.row_problem`), or None."""
+        return row_problem(row, self.fields)
 
     def to_example(self, row: dict) -> Example:
         vals = {k: first_value(row, names) for k, names in self.fields.items()}
@@ -187,6 +177,11 @@ class InstructionTask(Task):
     def read_examples(self) -> tuple[list[Example], list[Example]]:
         c = self.config
         splits = {k: [self.to_example(r) for r in rows] for k, rows in self.read_rows().items()}
+        for k, rows in splits.items():
+            splits[k], dropped = drop_empty_responses(rows)
+            if dropped:
+                log.warning("%s: %s split: %d of %d rows dropped (an empty response: nothing to train or score "
+                            "on; only a row with no text at all is refused)", self.dataset_name, k, dropped, len(rows))
         if "train" in splits and "test" in splits:
             train, test = splits["train"], splits["test"]
             try:

@@ -38,13 +38,21 @@ def json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
+#: the largest local data file read (read whole: LEDGAR's splits are a few MB, Dolly's 13 MB)
+DATA_MAX_BYTES = 2**30
+
+
 def read_utf8(path: Path, allow_empty: bool = False) -> str:
-    """A regular file's text; anything else (a device, a pipe: endless or blocking reads), a
-    non-UTF-8 byte or (unless ``allow_empty``) a file with no text is a :class:`UserError`
-    naming it."""
+    """A regular file's text, of at most :data:`DATA_MAX_BYTES`; anything else (a device, a
+    pipe: endless or blocking reads; a larger file), a non-UTF-8 byte or (unless
+    ``allow_empty``) a file with no text is a :class:`UserError` naming it."""
     if not path.is_file():
         raise UserError(f"cannot read {path}: not a regular file")
     try:
+        size = path.stat().st_size
+        if size > DATA_MAX_BYTES:  # read whole into memory: bounded, stated
+            raise UserError(f"cannot read {path}: {size} bytes, more than the {DATA_MAX_BYTES} a local data file "
+                            f"may hold (split it, or use the task's hub source)")
         data = path.read_bytes()
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None

@@ -133,3 +133,16 @@ def test_leaderboard_checks_every_table_before_writing_any(tmp_path, capsys):
     os.mkfifo(out / "tiny_vision.md")
     err = _one_line_exit_2(main(["leaderboard", "--records", str(tmp_path / "records"), "--out", str(out)]), capsys)
     assert "FIFO" in err and [p.name for p in out.iterdir()] == ["tiny_vision.md"]  # tiny_text.md not written either
+
+
+@pytest.mark.parametrize("out", ["n" * 300, "/".join(["d" * 200] * 22), "ok/" + "m" * 300 + "/deeper"])
+def test_a_records_folder_the_file_system_cannot_hold_is_one_line_before_training(tmp_path, out, capsys, monkeypatch):
+    """A name over 255 bytes anywhere in ``--out``, or a path over 4095, is one line and exit 2
+    (it was an OSError traceback from ``exists()``, exit 1), and nothing is created."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--method", "fedavg", "--task", "tiny_text", "--rounds", "1", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "file name too long" in err
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(outfiles.OutputError, match="file name too long"):
+        records.prepare_out_dir(tmp_path / out, create=False)

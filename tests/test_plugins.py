@@ -82,29 +82,10 @@ def test_the_list_cache_follows_a_plugins_source(tmp_path, monkeypatch):
     monkeypatch.delenv("FEDBENCH_NO_LIST_CACHE", raising=False)
     ep = EntryPoint("edited", "edited_plugin.methods:Edited", "fedbench.methods")
     monkeypatch.setattr("fedbench.registry.plugin_entry_points", lambda group=None: [ep])
-    assert listing._plugin_sources(ep) == [pkg / "__init__.py", pkg / "methods.py"]
+    assert listing._plugin_sources() == [pkg / "__init__.py", pkg / "methods.py"]
     before = listing._list_cache_path()
     (pkg / "methods.py").write_text("class Edited:  # fixed\n    pass\n")
     after = listing._list_cache_path()
     assert before is not None and after is not None and before != after
     assert "edited_plugin" not in sys.modules  # found, not imported
 
-
-def test_a_plugin_that_fails_to_load_is_not_cached(tmp_path, monkeypatch):
-    """The listing that left a broken plugin out (with its warning) is not cached, so the
-    next ``fedbench list`` warns again rather than leaving it out in silence."""
-    from importlib.metadata import EntryPoint
-
-    from fedbench.runners.cli import listing
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv("FEDBENCH_NO_LIST_CACHE", raising=False)
-    broken = EntryPoint("broken_plugin_key", "no_such_plugin_module:Nothing", "fedbench.methods")
-    monkeypatch.setattr("fedbench.registry.plugin_entry_points", lambda group=None: [broken])
-    monkeypatch.setattr(listing, "_list_cache_path", lambda: tmp_path / "cache" / "list.json")
-    entries = listing._list_entries()
-    assert "broken_plugin_key" not in {row[0] for row in entries["methods"]}
-    assert not (tmp_path / "cache" / "list.json").exists()
-    monkeypatch.setattr("fedbench.registry.plugin_entry_points", lambda group=None: [])
-    listing._list_entries()
-    assert (tmp_path / "cache" / "list.json").is_file()  # without the broken plugin it is cached

@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("preset", help="YAML preset (see benchmarks/)")
     sw.add_argument("--out", help="records directory (overrides the preset)")
     sw.add_argument("--dry-run", action="store_true", help="list the runs, whether they are done, and each run "
-                    "to do's estimated cost and the total (measured s/round of the records, as `fedbench claims`)")
+                    "to do's estimated cost and the total (measured s/round of the records, as `fedbench claims`); "
+                    "past 500 runs, the first 500 and a count")
     sw.add_argument("--timing-records", action="append", default=["leaderboard/records"], metavar="DIR",
                     help="records that time --dry-run's estimates besides the sweep's own (default: "
                     "leaderboard/records; repeatable)")

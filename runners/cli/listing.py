@@ -2,9 +2,8 @@
 
 Listing imports every method and task (torch among them); the output for this exact code
 and these plugins is cached (a hash of every source file, of the installed plugin entry
-points and of the source files of the packages they name), so a second ``fedbench list``
-starts in a fraction of a second, and an edited plugin is listed afresh. A listing that
-left out a plugin that failed to load is not cached: the next one warns again.
+points and of the plugins' own source files), so a second ``fedbench list`` starts in a
+fraction of a second; the warnings about broken plugins are cached with it and shown again.
 """
 
 from __future__ import annotations
@@ -33,17 +32,23 @@ def _list_sources() -> list[Path]:
     return files + sorted(Path(version.__file__).parent.glob("*.py"))
 
 
-def _plugin_sources(ep) -> list[Path]:
-    """The source files of the top-level package (or module) entry point ``ep`` names, found
-    without importing it (an editable install's too)."""
+def _plugin_sources() -> list[Path]:
+    """The source files of the installed plugins' top-level modules (found, not imported): a
+    plugin fixed or broken since the listing was cached makes a new listing."""
     import importlib.util
 
-    spec = importlib.util.find_spec(ep.module.partition(".")[0])
-    if spec is None:
-        return []
-    if spec.submodule_search_locations:
-        return sorted(f for d in spec.submodule_search_locations for f in Path(d).rglob("*.py"))
-    return [Path(spec.origin)] if spec.origin else []
+    from fedbench.registry import plugin_entry_points
+
+    files = []
+    for top in sorted({ep.value.split(":")[0].split(".")[0].strip() for ep in plugin_entry_points()}):
+        spec = importlib.util.find_spec(top)
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            files += [f for d in spec.submodule_search_locations for f in sorted(Path(d).rglob("*.py"))]
+        elif spec.origin and spec.origin not in ("built-in", "frozen"):
+            files.append(Path(spec.origin))
+    return files
 
 
 def _list_cache_path() -> Path | None:
@@ -58,11 +63,10 @@ def _list_cache_path() -> Path | None:
     try:
         from fedbench.registry import plugin_entry_points
 
-        h = hashlib.sha256(f"{version.__version__} {sys.version}".encode())
+        h = hashlib.sha256(f"{version.__version__} {sys.version} cache 2".encode())
         for ep in plugin_entry_points():
             h.update(f"plugin {ep.group} {ep.name} {ep.value}\n".encode())
-        plugin_files = sorted({f for ep in plugin_entry_points() for f in _plugin_sources(ep)})
-        for f in _list_sources() + plugin_files:
+        for f in [*_plugin_sources(), *_list_sources()]:
             st = f.stat()
             h.update(f"{f} {st.st_size} {st.st_mtime_ns}\n".encode())
     except (OSError, ImportError, ValueError):
@@ -74,12 +78,40 @@ def _list_cache_path() -> Path | None:
 def _list_entries() -> dict:
     """{registry: [[key, description, aliases, [[field, repr(default), help], ...]], ...]}; the
     run's own fields under "run" (one entry)."""
+    import logging
+
+    registry_log = logging.getLogger("fedbench.registry")
     path = _list_cache_path()
     if path is not None:
         try:
-            return read_json(path, "list cache")  # bounded: a regular file of at most 8 MiB
-        except UserError:  # missing or unreadable: built again below
+            cached = read_json(path, "list cache")  # bounded: a regular file of at most 8 MiB
+            for line in cached["warnings"]:  # a broken plugin is named every time, cached or not
+                registry_log.warning("%s", line)
+            return cached["entries"]
+        except (UserError, KeyError, TypeError):  # missing, unreadable or another shape: built again below
             pass
+    warned: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                warned.append(record.getMessage())
+
+    keep = _Keep()
+    registry_log.addHandler(keep)
+    try:
+        entries = _build_entries()
+    finally:
+        registry_log.removeHandler(keep)
+    if path is not None:
+        try:
+            write_text(path, json.dumps({"entries": entries, "warnings": warned}))  # the one safe writer
+        except (OSError, OutputError):  # a cache: not writing it costs time only
+            pass
+    return entries
+
+
+def _build_entries() -> dict:
     from fedbench.config import field_specs
     from fedbench.configs import RunConfig
     from fedbench.methods import METHODS
@@ -91,16 +123,6 @@ def _list_entries() -> dict:
     entries = {name: [[e.key, e.description, list(e.aliases), fields(e.obj.config_cls)] for e in reg.entries()]
                for name, reg in (("methods", METHODS), ("tasks", TASKS))}
     entries["run"] = [["run", "fields of every run", [], fields(RunConfig)]]
-    from fedbench.registry import plugin_entry_points
-
-    listed = {row[0] for name in ("methods", "tasks") for row in entries[name]}
-    # a plugin that failed to load is left out with a warning: not cached, so the next
-    # listing warns again instead of leaving it out in silence
-    if path is not None and all(ep.name in listed for ep in plugin_entry_points()):
-        try:
-            write_text(path, json.dumps(entries))  # the one safe writer
-        except (OSError, OutputError):  # a cache: not writing it costs time only
-            pass
     return entries
 
 

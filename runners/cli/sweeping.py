@@ -42,27 +42,42 @@ class SweepResult:
     failed: int
 
 
-def estimate_todo(todo: list[tuple[str, SweepRun]], timing_records: tuple[str, ...], say: Callable[[str], None]) -> None:
-    """A line per run still to do with its estimated cost, and the total: measured s/round of
-    the records under the runs' output folders and ``timing_records`` (the committed records)
-    x rounds, timed as the claims report times a claim's missing runs
-    (:func:`~fedbench.leaderboard.sweep_cost.run_estimate`)."""
+#: a dry run lists this many runs to do (and as many done) one per line; the rest are counted
+LIST_LIMIT = 500
+
+
+def estimate_todo(todo: list[tuple[str, SweepRun]], timing_records: tuple[str, ...], say: Callable[[str], None],
+                  limit: int | None = LIST_LIMIT) -> None:
+    """A line per run still to do (the first ``limit``; None = all) with its estimated cost,
+    and the total over all of them: measured s/round of the records under the runs' output
+    folders and ``timing_records`` (the committed records) x rounds, timed as the claims
+    report times a claim's missing runs (:func:`~fedbench.leaderboard.sweep_cost.run_estimate`,
+    once per configuration: the seed changes no estimate)."""
     from fedbench.leaderboard.sweep_cost import run_estimate
     from fedbench.records import load_records
 
     roots: dict[Path, str] = {}  # each folder once, named as given
-    for p in [*(r.spec.run.out for _, r in todo), *timing_records]:
+    for p in dict.fromkeys([*(r.spec.run.out for _, r in todo), *timing_records]):
         roots.setdefault(Path(p).resolve(), str(p))
-    recs = [rec for root in roots if root.is_dir() for rec in load_records(root)]
-    total, missing = 0.0, 0
-    for label, r in todo:
-        seconds, how = run_estimate(r.spec, [rec for rec in recs if rec["run"]["task"] == r.spec.task])
+    by_task: dict[str, list[dict]] = {}
+    for root in roots:
+        for rec in load_records(root) if root.is_dir() else ():
+            by_task.setdefault(rec["run"]["task"], []).append(rec)
+    total, missing, cache = 0.0, 0, {}
+    for i, (label, r) in enumerate(todo):
+        key = (r.config or r.spec.run_id, r.spec.run.rounds)
+        if key not in cache:
+            cache[key] = run_estimate(r.spec, by_task.get(r.spec.task, []))
+        seconds, how = cache[key]
         if seconds is None:
             missing += 1
-            say(f"{label}: to run, cost not estimated ({how})")
         else:
             total += seconds
-            say(f"{label}: to run, est. {cpu_time(seconds)} ({how})")
+        if limit is None or i < limit:
+            say(f"{label}: to run, cost not estimated ({how})" if seconds is None
+                else f"{label}: to run, est. {cpu_time(seconds)} ({how})")
+    if limit is not None and len(todo) > limit:
+        say(f"... {len(todo) - limit} more runs to do not listed (the first {limit} are; --only selects part)")
     unknown = f", {missing} not estimated" if missing else ""
     say(f"sweep: {len(todo)} runs to do, est. {cpu_time(total)} in all{unknown} "
         f"(measured s/round of the records under {', '.join(roots.values())})")
@@ -78,7 +93,7 @@ def run_sweep(runs: list[SweepRun], *, progress: bool = False, parallel: Paralle
     """Run ``runs`` that are not done; ``say`` gets each progress line, ``warn`` each warning.
     ``dry_run``: only say what is done and what each run to do would cost (timed from the
     records of the runs' folders and ``timing_records``)."""
-    todo, done = sweep.pending(runs, warn, say)
+    todo, done = sweep.pending(runs, warn, say, limit=LIST_LIMIT if dry_run else None)
     if dry_run:
         estimate_todo(todo, timing_records, say)
         return SweepResult(OK, len(runs), done, 0)
@@ -99,4 +114,4 @@ def run_sweep(runs: list[SweepRun], *, progress: bool = False, parallel: Paralle
     return SweepResult(FAILED if failed else OK, len(runs), done, failed)
 
 
-__all__ = ["CANCELLED", "FAILED", "OK", "Parallel", "SweepResult", "cpu_time", "estimate_todo", "run_sweep"]
+__all__ = ["CANCELLED", "FAILED", "LIST_LIMIT", "OK", "Parallel", "SweepResult", "cpu_time", "estimate_todo", "run_sweep"]

@@ -60,13 +60,14 @@ def validate_run(method: str, task: str, run: Mapping[str, Any] | None, method_c
     if kind is not None and kind not in method_cls.task_kinds:
         raise UserError(f"method {method_key!r} does not support {kind} tasks like {task_key!r}")
     check_run(run_cfg)
-    if run_cfg.devices:  # every named device class needs a throughput at the run's precision (plan refuses too)
-        from fedbench.runners.budget.devices import load_catalog
+    if run_cfg.devices:  # parsed whole before anything is written; every named device class needs a
+        # throughput at the run's precision (plan refuses too)
+        from fedbench.runners.budget.devices import load_catalog, parse_devices
 
         catalog = load_catalog(run_cfg.device_catalog)
-        for name in dict.fromkeys(s.split(":", 1)[0].strip() for s in str(run_cfg.devices).split(",")):
-            if name in catalog:
-                catalog[name].rate(run_cfg.precision)
+        parse_devices(run_cfg.devices, 1, catalog, run_cfg.seed)  # its grammar, classes and shares
+        for name in dict.fromkeys(s.split(":", 1)[0].strip() for s in str(run_cfg.devices).split(",") if s.strip()):
+            catalog[name].rate(run_cfg.precision)
     return method_key, task_key, run_cfg, method_cfg, task_cfg
 
 

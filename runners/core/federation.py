@@ -37,6 +37,13 @@ class Federation:
     proxy: Any | None  # the proxy examples, or None
 
 
+def check_per_round(per_round: int | None, n_clients: int) -> None:
+    """More clients a round than the federation has: one :class:`UserError` line (checked when
+    the spec is built where the count is known then, else once the data gives it)."""
+    if per_round is not None and per_round > n_clients:
+        raise UserError(f"--per-round {per_round} > number of clients {n_clients}")
+
+
 def build_federation(spec, task_holdout: int, data: TaskData) -> Federation:
     """The federation of ``spec`` over ``data``; ``task_holdout``: the task's paper size of
     the server's hold-out (``Task.server_holdout``)."""
@@ -46,8 +53,7 @@ def build_federation(spec, task_holdout: int, data: TaskData) -> Federation:
     if setting.needs_domains and data.train_domains is None:
         raise UserError(f"setting {setting.raw!r} needs a task with domains; {spec.task!r} has none")
     n_clients = n_clients_for(setting, r.clients, n_domains)
-    if r.per_round is not None and r.per_round > n_clients:
-        raise UserError(f"--per-round {r.per_round} > number of clients {n_clients}")
+    check_per_round(r.per_round, n_clients)
     per_round = min(n_clients, r.per_round or min(10, n_clients))
     part = partition(setting, data.train_labels, n_clients, r.seed, domains=data.train_domains,
                      n_classes=data.n_classes)

@@ -27,8 +27,10 @@ from fedbench import records
 from fedbench.config import IDENTITY_ROLES, RESULT, config_to_dict, values_with_roles, without_defaults
 from fedbench.configs import RunConfig, eval_period
 from fedbench.runners.core.config import validate_run
-from fedbench.runners.core.tiers import tier_ranks_for
+from fedbench.runners.core.tiers import check_capacities, tier_ranks_for
+from fedbench.tasks.partition import n_clients_for
 from fedbench.tasks.setting import parse_setting
+from fedbench.runners.core.federation import check_per_round
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,11 @@ class RunSpec:
         (:data:`~fedbench.version.RUN_ID_VERSION`, frozen: a release renames no finished run)
         and the method's ``version`` from 2 on (a bumped rule gets new ids; 1 adds nothing,
         like a field at its default)."""
+        return _hash_identity(self._identity)
+
+    @functools.cached_property
+    def _identity(self) -> dict[str, Any]:
+        """What :attr:`run_id` hashes."""
         c = self.configs()
         c = {"run": without_defaults(RunConfig, c["run"]),
              "method": without_defaults(type(self.method_config), c["method"]),
@@ -122,8 +129,18 @@ class RunSpec:
                     "task_config": c["task"], "run": c["run"], "version": RUN_ID_VERSION}
         if self.method_cls.version != 1:
             identity["method_version"] = self.method_cls.version
-        blob = json.dumps(identity, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return identity
+
+    def with_seed(self, seed: int) -> "RunSpec":
+        """This run at another ``seed`` (validated as :class:`RunConfig` validates it), its
+        run id derived from this spec's identity with only the seed changed: what
+        :func:`build_spec` gives for the same fields, without rebuilding and re-hashing every
+        config (a sweep's seeds axis; ``tests/runners/test_sweep_scale.py`` checks the ids agree)."""
+        spec = replace(self, run=replace(self.run, seed=seed))
+        run = {k: v for k, v in self._identity["run"].items() if k != "seed"}
+        run.update(without_defaults(RunConfig, {"seed": seed}))
+        spec.__dict__["_identity"] = {**self._identity, "run": run}  # cached_property's slot: frozen fields untouched
+        return spec
 
     def variant(self) -> dict[str, Any]:
         """Every field that can change a result (role ``result``), dotted: ``lr``,
@@ -135,6 +152,11 @@ class RunSpec:
     def record_path(self) -> Path:
         return records.record_path(self.run.out, {"run": {"task": self.task, "method": self.method,
                                                           "run_id": self.run_id}})
+
+
+def _hash_identity(identity: dict[str, Any]) -> str:
+    blob = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def with_profile(task: str, profile: str | None, run: Mapping[str, Any] | None,
@@ -183,6 +205,11 @@ def build_spec(method: str, task: str, run: Mapping[str, Any] | RunConfig | None
         local_split=r.local_split or ("8:1:1" if method_cls.evaluation == "local" else None),
         tier_ranks=tier_ranks_for(r.tier_ranks, task_cls.kind),  # None = the paper's, by task kind
     )
+    setting = parse_setting(run_cfg.setting)
+    if not setting.needs_domains:  # the client count is known now (a domain setting takes it from the data)
+        n_clients = n_clients_for(setting, run_cfg.clients, None)
+        check_per_round(run_cfg.per_round, n_clients)
+        check_capacities(run_cfg.capacities, n_clients, run_cfg.dynamic)
     return RunSpec(method_key, task_key, run_cfg, method_cls.resolve_config(method_cfg, task_cls.kind), task_cfg)
 
 

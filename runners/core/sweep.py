@@ -10,6 +10,7 @@ training of the first ones.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 #: key -> what it holds (for messages)
 #: a preset of this many runs says it is being checked: issue 39 timed 40,000 runs at over 180 s
-#: of silence (about 5 ms a run), so a thousand take seconds
+#: of silence (about 5 ms a run, when every run was validated on its own); a thousand still take a second or more
 SAY_CHECKING_FROM = 1000
 
 PRESET_KEYS = {
@@ -128,6 +129,7 @@ def _short(r: dict) -> str:
 class SweepRun:
     spec: RunSpec
     label: str  # names everything that differs between the sweep's runs
+    config: str = ""  # the row's fields but its seed (:func:`config_key`): runs that differ only by seed share it
 
 
 def load_sweep(path: str | Path, out: str | None = None,
@@ -138,7 +140,6 @@ def load_sweep(path: str | Path, out: str | None = None,
     are refused. ``say`` (the CLI's stderr): told when a preset of at least
     :data:`SAY_CHECKING_FROM` runs is being checked; the library prints nothing."""
     from fedbench.methods import METHODS
-    from fedbench.runners.core.spec import build_spec
     from fedbench.tasks import TASKS
 
     preset = load_preset(path)
@@ -152,14 +153,14 @@ def load_sweep(path: str | Path, out: str | None = None,
                 raise UserError(f"key 'methods': {e}") from None
     except UserError as e:
         raise UserError(f"preset {path}: {e}") from None
-    specs, seen = [], {}
+    specs, seen, built = [], {}, {}
     if say is not None and len(runs) >= SAY_CHECKING_FROM:  # seconds of checks ahead: say so rather than look hung
         say(f"fedbench: checking the {len(runs)} runs of {path} ...")
     for r in runs:
         if out:
             r["run"]["out"] = out
         try:
-            spec = build_spec(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
+            spec = _spec_of(r, built)
         except UserError as e:
             key = _preset_key(preset, r, str(e))
             raise UserError(f"preset {path}: {f'key {key!r}, ' if key else ''}run {_short(r)}: {e}") from None
@@ -168,7 +169,35 @@ def load_sweep(path: str | Path, out: str | None = None,
                             f"(a duplicate seed, setting or variant)")
         seen[spec.run_id] = r
         specs.append(spec)
-    return [SweepRun(spec, label) for spec, label in zip(specs, run_labels(runs))]
+    if say is not None and len(runs) >= SAY_CHECKING_FROM:
+        say(f"fedbench: {len(runs)} runs checked ({len(built)} distinct configurations, each validated once)")
+    return [SweepRun(spec, label, config_key(r)) for spec, label, r in zip(specs, run_labels(runs), runs)]
+
+
+def config_key(r: dict) -> str:
+    """A preset row's fields but its seed, as canonical JSON: rows with the same key are one
+    configuration at several seeds, validated once (:func:`load_sweep`)."""
+    run = {k: v for k, v in r["run"].items() if k != "seed"}
+    return json.dumps([r["method"], r["task"], run, r["method_config"], r["task_config"]], sort_keys=True, default=repr)
+
+
+def _spec_of(r: dict, built: dict[str, RunSpec]) -> RunSpec:
+    """The spec of preset row ``r``: built and validated (:func:`~fedbench.runners.core.spec.build_spec`)
+    once per configuration (:func:`config_key`), then derived for each other seed
+    (:meth:`~fedbench.runners.core.spec.RunSpec.with_seed`). A seed the derivation refuses is
+    built in full, so its error is the one ``fedbench run`` gives."""
+    from fedbench.runners.core.spec import build_spec
+
+    key = config_key(r)
+    base = built.get(key)
+    if base is not None:
+        try:
+            return base.with_seed(r["run"]["seed"])
+        except UserError:
+            pass
+    spec = build_spec(r["method"], r["task"], r["run"], r["method_config"], r["task_config"])
+    built.setdefault(key, spec)
+    return spec
 
 
 def check_preset_early(path: str | Path) -> None:
@@ -192,9 +221,15 @@ def check_preset_early(path: str | Path) -> None:
                 raise UserError(f"key 'methods': {e}") from None
     except UserError as e:
         raise UserError(f"preset {path}: {e}") from None
+    checked: set[str] = set()  # each run-field mapping checked whole once; other seeds, the seed alone
     for r in runs:
         try:
+            key = json.dumps({k: v for k, v in r["run"].items() if k != "seed"}, sort_keys=True, default=repr)
+            if key in checked:
+                build_config(RunConfig, {"seed": r["run"].get("seed")}, "run")
+                continue
             check_run(build_config(RunConfig, r["run"], "run"))
+            checked.add(key)
         except UserError as e:
             key = _preset_key(preset, r, str(e))
             raise UserError(f"preset {path}: {f'key {key!r}, ' if key else ''}run {_short(r)}: {e}") from None
@@ -278,18 +313,22 @@ def run_labels(runs: list[dict]) -> list[str]:
     return labels
 
 
-def pending(runs: list[SweepRun], warn, say=print) -> tuple[list[tuple[str, SweepRun]], int]:
+def pending(runs: list[SweepRun], warn, say=print, limit: int | None = None) -> tuple[list[tuple[str, SweepRun]], int]:
     """The runs still to do, each with its progress label (``[i/n] label``), and how many
-    are done; ``say`` gets a line for each done run."""
+    are done; ``say`` gets a line for each done run (the first ``limit``, then one line
+    counting the rest; None = every one)."""
     todo, done = [], 0
     for i, r in enumerate(runs, 1):
         label = f"[{i}/{len(runs)}] {r.label}"
         path = r.spec.record_path()
         if is_done(path, warn):
-            say(f"{label}: done ({path})")
+            if limit is None or done < limit:
+                say(f"{label}: done ({path})")
             done += 1
         else:
             todo.append((label, r))
+    if limit is not None and done > limit:
+        say(f"... {done - limit} more runs done not listed (the first {limit} are)")
     return todo, done
 
 

@@ -8,8 +8,9 @@ same count as a prefix depth (depth methods), and a LoRA rank (rank methods).
   ``tier_ranks`` (None = by task kind, Fed-HeLLo Sec. IV-A's rank baselines: 1/4/16 for
   classification, 1/1/8 for instruction tuning; :mod:`fedbench.methods.paper_defaults`).
   Tier 0 is the weakest. Counts are exact (``largest_remainder`` on :class:`fractions.Fraction`).
-- ``--capacities``: per-client layer counts (FedRA), cycled when there are more clients;
-  tiers are the distinct counts in ascending order.
+- ``--capacities``: per-client layer counts (FedRA), cycled when there are more clients
+  (more counts than clients is refused unless ``--dynamic`` draws from them:
+  :func:`check_capacities`); tiers are the distinct counts in ascending order.
 - neither: every client can train everything (tier 0).
 - ``--dynamic``: every round each client's budget is redrawn (FedRA Table 4): from the
   tier distribution (roc) or uniformly from the capacities list.
@@ -35,6 +36,16 @@ def tier_ranks_for(tier_ranks: Sequence[int] | None, task_kind: str) -> list[int
     if tier_ranks is not None:
         return [int(r) for r in tier_ranks]
     return list(paper_defaults(task_kind).tier_ranks)
+
+
+def check_capacities(capacities: Sequence[int] | None, n_clients: int, dynamic: bool) -> None:
+    """A fixed (not ``--dynamic``) ``--capacities`` list gives client i the budget i (cycled): a
+    list longer than the clients would hold budgets no client gets, and tiers with no client;
+    one :class:`UserError` line (checked when the spec is built and when the tiers are)."""
+    if capacities and not dynamic and len(capacities) > n_clients:
+        raise UserError(f"--capacities lists {len(capacities)} layer budgets for {n_clients} clients: the last "
+                        f"{len(capacities) - n_clients} would go to no client (give at most one per client, or "
+                        f"--dynamic to draw each round's budgets from the list)")
 
 
 def largest_remainder(n: int, fractions: Sequence[Fraction | float | int]) -> list[int]:
@@ -93,6 +104,7 @@ class TierAssigner:
             assignment = np.repeat(np.arange(len(fr)), counts)
             self.assignment = rng.permutation(assignment)
         elif capacities:
+            check_capacities(capacities, n_clients, dynamic)
             bad = [c for c in capacities if c < 1 or c > n_layers]
             if bad:
                 raise UserError(f"--capacities {bad[0]} is outside 1..{n_layers} (the model has {n_layers} layers)")

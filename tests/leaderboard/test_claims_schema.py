@@ -22,6 +22,7 @@ GOOD_BLOCK = """  - table: T
 """
 
 BAD = {
+    "a_list_not_a_mapping": ("- a\n- b\n", "p.yaml line 1: expected a mapping, got a list"),
     "blocks_a_number": ("paper: p\nblocks: 5\n", "line 2: blocks: expected a list, got 5"),
     "block_a_list": ("paper: p\nblocks:\n  - [table, T]\n", "line 3: blocks[1]: expected a mapping, got a list"),
     "null_group": ("paper: p\nblocks:\n" + GOOD_BLOCK.replace('      - roc: "-"\n        figures: {a: [1.0], b: [2.0]}\n',

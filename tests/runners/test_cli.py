@@ -96,3 +96,16 @@ def test_no_progress_also_quiets_library_bars(monkeypatch):
         assert not hf_logging.is_progress_bar_enabled()  # "Loading weights" bars, with or without our bar
     finally:
         hf_logging.enable_progress_bar()
+
+
+@pytest.mark.parametrize("extra, says", [(["--per-round", "5"], "--per-round 5 > number of clients 2"),
+                                         (["--method", "fedra", "--capacities", "12,6,3"], "for 2 clients")])
+def test_client_counts_are_refused_before_the_records_folder_is_made(tmp_path, extra, says, capsys):
+    """Where the setting does not take the client count from the data, --per-round and
+    --capacities are checked against it when the spec is built: one line, exit 2, nothing
+    created (the records folder was made first before)."""
+    out = tmp_path / "r"
+    argv = ["run", "--method", "fedavg", "--task", "tiny_text", "--clients", "2", "--out", str(out), *extra]
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err
+    assert not out.exists()

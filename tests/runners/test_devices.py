@@ -80,3 +80,18 @@ def test_deadline_drops_late_clients():
     clock = SimClock(["a", "b", "c"], CAT, deadline=2.5)
     secs, dropped = clock.round([_cost(0, 1e12, 0, 0), _cost(1, 3e12, 0, 0), _cost(2, 2e12, 0, 0)])
     assert (secs, dropped) == (2.5, [1])
+
+
+@pytest.mark.parametrize("devices, words", [("phone:1e999999999,laptop:1", "shares must be numbers"),
+                                            ("phone:6,laptop", "give shares for every class"),
+                                            ("phone:-1,laptop:1", "shares must be >= 0"),
+                                            ("phone:2,phone:1", "named twice")])
+def test_bad_devices_are_refused_before_the_records_folder_is_made(tmp_path, devices, words, capsys):
+    """--devices is parsed whole when the run's configs are validated, so a bad share is one
+    line and exit 2 with nothing written (the records folder was created first before)."""
+    from fedbench.runners.cli.cli import main
+
+    out = tmp_path / "r"
+    assert main(["run", "--method", "fedavg", "--task", "tiny_text", "--devices", devices, "--out", str(out)]) == 2
+    assert words in capsys.readouterr().err
+    assert not out.exists()

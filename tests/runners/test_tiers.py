@@ -77,3 +77,19 @@ def test_exclusive_refusal_is_a_one_line_exit_2(tmp_path, capsys):
 def test_dynamic_tiers_reach_the_full_tier(tmp_path):
     t = _tiers(6, "6:3:1", dynamic=True)
     assert {p.layers for p in t.reachable_profiles([1] * 6)} == {6, 9, 12}
+
+
+def test_a_fixed_capacities_list_longer_than_the_clients_is_refused():
+    """Client i gets budget i of a fixed --capacities list: budgets past the last client would
+    go to no client (tiers with no client); refused when the spec is built (before anything
+    is written) and by the tiers; with --dynamic every budget can be drawn, so it is kept."""
+    from fedbench.runners.core.spec import build_spec
+
+    with pytest.raises(UserError, match="lists 3 layer budgets for 2 clients: the last 1 would go to no client"):
+        build_spec("fedra", "tiny_text", {"clients": 2, "per_round": 2, "capacities": [12, 6, 3]})
+    assert build_spec("fedra", "tiny_text", {"clients": 2, "per_round": 2, "capacities": [12, 6, 3],
+                                             "dynamic": True}).run.capacities == [12, 6, 3]
+    assert build_spec("fedra", "tiny_text", {"clients": 3, "per_round": 2, "capacities": [12, 6, 3]})
+    with pytest.raises(UserError, match="for 2 clients"):
+        TierAssigner(2, 12, roc=None, capacities=[12, 6, 3], dynamic=False, tier_fractions=[0.5, 0.75, 1.0],
+                     tier_ranks=[1, 4, 16], max_rank=16, seed=0)
