@@ -1,8 +1,9 @@
 """The results pages of the documentation site: made from the committed results by
 ``mkdocs build`` (a page per task, per paper's claims, per method), and opened in a real
 headless browser (Chromium, from Debian's ``chromium`` package): the task pages show their
-tables and images, and no link of the results pages is broken. The browser test skips, with
-the reason, where no Chromium is installed."""
+tables and images, and no link of the results pages is broken. The browser test is one of the
+slow checks (``pytest -m slow``; CI runs them) and skips, with the reason, where no Chromium is
+installed."""
 
 from __future__ import annotations
 
@@ -91,6 +92,7 @@ class _Server(ThreadingHTTPServer):
 
 
 @needs_results
+@pytest.mark.slow  # a second full site build (test_docs builds it in the default run) and a browser
 @pytest.mark.skipif(_browser() is None, reason="no Chromium installed (Debian: apt-get install chromium)")
 def test_built_site_in_a_headless_browser(tmp_path):
     from test_docs import build
