@@ -10,7 +10,7 @@ from fedbench.runners.core.experiment import Experiment
 from fedbench.records import validate_record
 from fedbench.tasks import TASKS
 
-from smoke import SMALL_TASK_CONFIGS, task_config_for
+from smoke import SMALL_TASK_CONFIGS, one_per_family, task_config_for
 
 #: every registered tiny task (``Task.tiny``): a new one is covered without being listed here
 TINY = tuple(t for t in TASKS.keys() if TASKS.get(t).tiny)
@@ -90,11 +90,18 @@ LEARN_CASES = [(m, next(t for t in LEARN_TASKS if (m, t) in CASES)) for m in MET
                if any((m, t) in CASES for t in LEARN_TASKS)]
 
 
+#: the learning runs of the default test run: one method per family (the family's first in the
+#: registry); every method with ``-m slow`` (CI runs both), as :func:`smoke.one_per_family` says
+LEARN_FAST = [next(c for c in LEARN_CASES if METHODS.get(c[0]).family == f)
+              for f in dict.fromkeys(METHODS.get(m).family for m, _ in LEARN_CASES)]
+
+
 def test_every_classification_method_has_a_learning_check():
     assert {m for m, _ in LEARN_CASES} == {m for m in METHODS.keys() if "classification" in METHODS.get(m).task_kinds}
+    assert {METHODS.get(m).family for m, _ in LEARN_FAST} == {METHODS.get(m).family for m, _ in LEARN_CASES}
 
 
-@pytest.mark.parametrize("method,task", LEARN_CASES)
+@pytest.mark.parametrize("method,task", one_per_family(LEARN_CASES, LEARN_FAST))
 def test_method_beats_its_untrained_model(method, task, tmp_path):
     if method in LEARN_EXCEPTIONS:
         pytest.xfail(LEARN_EXCEPTIONS[method])

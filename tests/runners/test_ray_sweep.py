@@ -139,6 +139,7 @@ def test_silent_address_gives_up_within_the_timeout(tmp_path, capsys, monkeypatc
     assert err.count("\n") == 1 and "no answer within 2 s" in err and not ray.is_initialized()
 
 
+@pytest.mark.slow  # a fault drill: a sweep in a subprocess with its own Ray instance (CI runs the slow checks)
 def test_sigterm_records_every_run_in_flight_cancelled_when_sigint_is_ignored(tmp_path, ray_tmp):
     """``nohup fedbench sweep ... --workers 2 &`` then SIGTERM: the runs inherited SIGINT
     ignored, through which Ray's cancel interrupts a task; each still stops within the grace
