@@ -111,6 +111,7 @@ def test_frozen_head_is_neither_trained_nor_averaged(cls):
     ("flexlora_flora_authors_cpu.yaml", ("flexlora", "flora"), 36),  # the {} arm, seeds 0-2
     ("fed_hello_frozen_head_cpu.yaml", ("fed_hello",), 18),
     ("straggler_gap_minilm_cpu.yaml", ("fed_hello", "straggler"), 12),  # the 50-round arm
+    ("straggler_gap_budgets_cpu.yaml", ("fed_hello", "straggler"), 12),  # the paper's tier budgets
 ])
 def test_measuring_presets_reuse_the_claims_runs(preset, methods, shared):
     """Every arm builds a valid run; the arm at the papers' rules (or 50 rounds) is the claims
