@@ -65,20 +65,27 @@ def _claims_page(preamble: str, section: str) -> str:
             + rules + "\n")
 
 
-def _tests_of(repo: Path, key: str, cls: type) -> list[str]:
-    """``tests/methods/<file>::<test>``: first docstring line, for the tests of the method's
-    module (``test_<module>.py``) and any test under ``tests/methods`` that names its key."""
+def method_tests(repo: Path) -> list[tuple[str, str, str, str]]:
+    """(file, test, source, first docstring paragraph) of every test function under
+    ``tests/methods``, each file read and parsed once."""
     out = []
-    module_file = f"test_{cls.__module__.rsplit('.', 1)[-1]}.py"
     for path in sorted((repo / "tests" / "methods").glob("test_*.py")):
         source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
         for node in ast.parse(source).body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                segment = ast.get_source_segment(source, node) or ""
-                if path.name == module_file or f'"{key}"' in segment:
-                    doc = (ast.get_docstring(node) or "").split("\n\n")[0].replace("\n", " ")
-                    out.append(f"`tests/methods/{path.name}::{node.name}`" + (f": {esc(doc)}" if doc else ""))
+                doc = (ast.get_docstring(node) or "").split("\n\n")[0].replace("\n", " ")
+                out.append((path.name, node.name, "\n".join(lines[node.lineno - 1:node.end_lineno]), doc))
     return out
+
+
+def _tests_of(tests: list[tuple[str, str, str, str]], key: str, cls: type) -> list[str]:
+    """``tests/methods/<file>::<test>``: first docstring line, for the tests (:func:`method_tests`)
+    of the method's module (``test_<module>.py``) and any test under ``tests/methods`` that
+    names its key."""
+    module_file = f"test_{cls.__module__.rsplit('.', 1)[-1]}.py"
+    return [f"`tests/methods/{file}::{name}`" + (f": {esc(doc)}" if doc else "")
+            for file, name, source, doc in tests if file == module_file or f'"{key}"' in source]
 
 
 def _tier_costs(records: list[dict], key: str) -> list[str]:
@@ -109,7 +116,7 @@ def _tier_costs(records: list[dict], key: str) -> list[str]:
     return table(["Task", "RoC", "Tier", "TFLOPs/step", "Mem", "Traffic/round", "Client measurements"], 3, rows)
 
 
-def _method_page(repo: Path, key: str, entry, records: list[dict]) -> str:
+def _method_page(all_tests: list[tuple[str, str, str, str]], key: str, entry, records: list[dict]) -> str:
     from fedbench.config import field_specs
 
     cls = entry.obj
@@ -123,7 +130,7 @@ def _method_page(repo: Path, key: str, entry, records: list[dict]) -> str:
         lines += ["", "The class:", "", "```text", class_doc, "```"]
     fields = [[f"`{s.name}`", f"`{s.default!r}`", esc(s.role), esc(s.help)] for s in field_specs(cls.config_cls)]
     lines += ["", "## Config", ""] + table(["Field", "Default", "Role", "What it is"], 4, fields)
-    tests = _tests_of(repo, key, cls)
+    tests = _tests_of(all_tests, key, cls)
     lines += ["", "## Hand-check tests", "",
               "Every registered method also passes the conformance and learning checks (`tests/test_conformance.py`, "
               "`tests/test_learning.py`)." + (" Its own tests:" if tests else "")]
@@ -167,9 +174,9 @@ def site_pages(repo: str | Path) -> tuple[dict[str, str], dict[str, Path]]:
     preamble, sections = claims_sections((board / "claims.md").read_text(encoding="utf-8"))
     for paper, section in sections.items():
         pages[f"{PREFIX}/claims/{paper}.md"] = _claims_page(preamble, section)
-    methods = sorted(METHODS.keys())
+    methods, tests = sorted(METHODS.keys()), method_tests(repo)
     for key in methods:
-        pages[f"{PREFIX}/methods/{key}.md"] = _method_page(repo, key, METHODS.entry(key), records)
+        pages[f"{PREFIX}/methods/{key}.md"] = _method_page(tests, key, METHODS.entry(key), records)
     pages[f"{PREFIX}/methods/index.md"] = "# Methods\n\n" + "\n".join(table(
         ["Method", "Family", "What it does"], 3,
         [[f"[{esc(k)}]({k}.md)", esc(family_of(k)), esc(METHODS.entry(k).description or "")] for k in methods])) + "\n"

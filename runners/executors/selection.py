@@ -83,10 +83,12 @@ class ClientTools(ClientAPI):
                     if n >= batches:
                         break
                     batch = to_device(batch, am.device)
-                    key = ("select", self.plan.arch, self.adapter, self.plan.blocks, tuple(keys), batch_shape(batch),
-                           self.precision)
-                    known = None if self.meter is None else self.meter.passes.get(key)
-                    with count_flops() if self.meter is not None and known is None else contextlib.nullcontext() as fc:
+                    key, known = None, None
+                    if self.meter is not None:  # metered once per pass signature
+                        key = ("select", self.plan.arch, self.adapter, self.plan.blocks, tuple(keys),
+                               batch_shape(batch), self.precision)
+                        known = self.meter.passes.get(key)
+                    with count_flops() if key is not None and known is None else contextlib.nullcontext() as fc:
                         with autocast(am.device, self.precision):
                             loss, _ = self.task.loss(am.model, batch)
                         grads = torch.autograd.grad(loss, params, allow_unused=True)
