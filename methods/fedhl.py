@@ -12,7 +12,7 @@ from fedbench.methods import METHODS
 from fedbench.methods.aggregation import Weighting, client_weight
 from fedbench.methods.aggregation_hetero import full_rank_merge
 from fedbench.methods.base import MethodState, Traffic, tensor_bytes
-from fedbench.methods.flora import FLoRA
+from fedbench.methods.flora import FreshLoRA
 from fedbench.methods.rank_hetero import A_SFX, B_SFX, RankConfig, base_key
 
 WEIGHTS_NOTE = "variant: the paper's optimal aggregation weights (abstract: they minimise the gradient-drift term " \
@@ -32,7 +32,7 @@ class FedHLConfig(RankConfig):
 @METHODS.register("fedhl", "FedHL: fresh rank-r_k LoRA on the full-rank global model each round, merged densely "
                            "(W += sum_k w_k (alpha / r_k) B_k A_k, float32, no truncation); variant: aggregation "
                            "weights n_k / n, the paper's optimal weights not readable")
-class FedHL(FLoRA):
+class FedHL(FreshLoRA):
     """FedHL (arXiv 2505.18494). Sources: the abstract (arXiv, researchtrend.ai,
     sciencestack.ai, aitopics.org); the method section, equations and code were not
     retrievable (searched 2026-12): a **variant** of the paper wherever it says so below.
@@ -65,9 +65,6 @@ class FedHL(FLoRA):
     config_cls = FedHLConfig
     DENSE_LABEL = "dense dW of the last round (d_out x d_in per module) + head"
     STACKED_LABEL = "stacked factors of the last round's participants (sum_j r_j (d_in + d_out) per module) + head"
-
-    def trains_head(self) -> bool:
-        return True  # FLoRA's opt-in frozen head is not FedHL's (its config has no train_head)
 
     def init_state(self, tensors):
         return MethodState(dict(tensors) | {k: v.float() for k, v in self.read_base(tensors).items()}, {})

@@ -13,8 +13,37 @@ from fedbench.methods.aggregation import stack_lora
 from fedbench.methods.rank_hetero import A_SFX, B_SFX, AuthorsRuleConfig, RankMethod, base_key
 
 
+class FreshLoRA(RankMethod):
+    """The plumbing FLoRA and FedHL share: the server keeps merged base weights W_t of every
+    LoRA module, and each round each client gets W_t, a fresh LoRA of its tier's rank (peft's
+    init, A uniform(+-1/sqrt(d_in)) seeded per client and round, B = 0) and the head; the
+    merge rule and the traffic counts are each method's own."""
+    family = "rank heterogeneity"
+    MERGED_LABEL = "merged weights (dense W_t of every LoRA module + fresh LoRA + head, as sent)"
+
+    def plan(self, rnd, clients, state, rng):
+        plans = super().plan(rnd, clients, state, rng)
+        for p in plans.values():
+            p.extra["init_seed"] = int(rng.integers(2**31 - 1))
+            p.extra["stack_rank"] = int(state.extra.get("stack_rank", 0))  # sum_i r_i of the last merge
+        return plans
+
+    def client_payload(self, state, plan):
+        gen = torch.Generator().manual_seed(plan.extra["init_seed"])
+        out = {}
+        for m in self.modules:
+            w = state.tensors[base_key(m)]  # (d_out, d_in)
+            d_out, d_in = w.shape
+            bound = 1.0 / math.sqrt(d_in)
+            a = (torch.rand(plan.rank, d_in, generator=gen) * 2 - 1) * bound
+            out[base_key(m)] = w
+            out[m + A_SFX] = a.to(device=w.device, dtype=w.dtype)  # (r_i, d_in)
+            out[m + B_SFX] = torch.zeros(d_out, plan.rank, dtype=w.dtype, device=w.device)  # (d_out, r_i)
+        return out | self.head_tensors(state)
+
+
 @METHODS.register("flora", "FLoRA: stack the clients' LoRA along the rank axis, merge into the base, fresh LoRA each round (traffic: the stack; merged weights as alt)")
-class FLoRA(RankMethod):
+class FLoRA(FreshLoRA):
     """FLoRA (Wang et al., "FLoRA: Federated Fine-Tuning Large Language Models with
     Heterogeneous Low-Rank Adaptations", NeurIPS 2024).
 
@@ -66,7 +95,6 @@ class FLoRA(RankMethod):
       ``lora`` are uploaded and aggregated (L178-181): a merge into ``base_layer.weight``
       would be dropped unless FLoRA had its own path, which was not released.
     """
-    family = "rank heterogeneity"
     config_cls = AuthorsRuleConfig
 
     def trains_head(self) -> bool:
@@ -80,15 +108,6 @@ class FLoRA(RankMethod):
     def init_state(self, tensors):
         return MethodState(dict(tensors) | self.read_base(tensors), {})
 
-    MERGED_LABEL = "merged weights (dense W_t of every LoRA module + fresh LoRA + head, as sent)"
-
-    def plan(self, rnd, clients, state, rng):
-        plans = super().plan(rnd, clients, state, rng)
-        for p in plans.values():
-            p.extra["init_seed"] = int(rng.integers(2**31 - 1))
-            p.extra["stack_rank"] = int(state.extra.get("stack_rank", 0))  # sum_i r_i of the last merge
-        return plans
-
     def traffic(self, plan, payload, upload):
         """Headline down: the stacked adapter (sum_i r_i (d_in + d_out) per module, the
         papers' count) + the head; variant: the payload as sent (merged weights)."""
@@ -99,19 +118,6 @@ class FLoRA(RankMethod):
             stack += r_stack * (w.shape[0] + w.shape[1]) * w.element_size()
         head = tensor_bytes({k: payload[k] for k in self.ctx.head_keys if k in payload})
         return Traffic(stack + head, tensor_bytes(upload), {self.MERGED_LABEL: tensor_bytes(payload)})
-
-    def client_payload(self, state, plan):
-        gen = torch.Generator().manual_seed(plan.extra["init_seed"])
-        out = {}
-        for m in self.modules:
-            w = state.tensors[base_key(m)]  # (d_out, d_in)
-            d_out, d_in = w.shape
-            bound = 1.0 / math.sqrt(d_in)
-            a = (torch.rand(plan.rank, d_in, generator=gen) * 2 - 1) * bound
-            out[base_key(m)] = w
-            out[m + A_SFX] = a.to(device=w.device, dtype=w.dtype)  # (r_i, d_in)
-            out[m + B_SFX] = torch.zeros(d_out, plan.rank, dtype=w.dtype, device=w.device)  # (d_out, r_i)
-        return out | self.head_tensors(state)
 
     def merge(self, state, updates, out):
         total = float(sum(u.n_examples for u in updates))
