@@ -7,12 +7,14 @@ value per seed.
 
 * Which fields those are is each field's declared role (:mod:`fedbench.config`): only
   fields whose role is ``result``, read from the record's ``run.run_config`` (the
-  :class:`~fedbench.configs.RunConfig` fields whose role is ``result``; one added after the
-  record was written counts at its default), every method field (``run.method_config``),
-  the task fields whose :class:`~fedbench.configs.TaskConfig` role is ``result`` (so never
-  ``data_dir``, runtime, or ``eval_batch_size``, record-only), and the method's version
-  (``run.method_version``: runs of two versions of a rule are never averaged). Records of
-  older schema versions reach this module upgraded (:func:`fedbench.upgrade.upgrade`).
+  :class:`~fedbench.configs.RunConfig` fields whose role is ``result``), every method field
+  (``run.method_config``), the task fields whose :class:`~fedbench.configs.TaskConfig` role
+  is ``result`` (so never ``data_dir``, runtime, or ``eval_batch_size``, record-only), and
+  the method's version (``run.method_version``: runs of two versions of a rule are never
+  averaged). A run, method or task field added after the record was written counts at its
+  default, as in the run id (the fields of a method or task the registry does not know: as
+  written). Records of older schema versions reach this module upgraded
+  (:func:`fedbench.upgrade.upgrade`).
 * So never part of the variant: the seed (the cell's samples), the setting (the
   columns), the resource-label fields (the RoC column): their role is ``axis``; and what
   only changes the record or the run's execution (roles ``record``, ``runtime``).
@@ -27,6 +29,7 @@ import json
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Sequence
 
 from fedbench.config import RESULT, field_specs, values_with_roles
@@ -62,11 +65,31 @@ def _canon(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _added_later(have) -> dict:
-    """The run fields of role ``result`` missing from ``have`` (a record's run config), at
-    their defaults: a field added after the record was written ran at its
-    default (the rule that keeps run ids stable, :func:`fedbench.config.without_defaults`)."""
-    return {s.name: s.default for s in field_specs(RunConfig) if s.role == RESULT and s.name not in have}
+def _added_later(have, cls: type | None = None, roles: tuple[str, ...] | None = (RESULT,)) -> dict:
+    """The fields of ``cls`` (of one of ``roles``; None: every field) missing from ``have`` (a
+    record's config; ``cls`` None: the run config), at their defaults: a field added after the
+    record was written ran at its default (the rule that keeps run ids stable,
+    :func:`fedbench.config.without_defaults`), so a record written before it and one written
+    after at its default are one run and one row."""
+    cls = RunConfig if cls is None else cls
+    return {s.name: s.default for s in field_specs(cls) if (roles is None or s.role in roles) and s.name not in have}
+
+
+@lru_cache(maxsize=None)
+def _config_cls(registry: str, key: str) -> type | None:
+    """The config class of method or task ``key`` (``registry``: "methods" / "tasks"); None
+    for a key the registry does not know (removed since, a plugin not installed): its
+    record's fields are then read as written."""
+    from fedbench.methods import METHODS
+    from fedbench.tasks import TASKS
+
+    reg = METHODS if registry == "methods" else TASKS
+    return reg.get(key).config_cls if key in reg else None
+
+
+def _with_later_fields(given: dict, registry: str, key: str | None, roles: tuple[str, ...] | None) -> dict:
+    cls = _config_cls(registry, key)
+    return given if cls is None else {**_added_later(given, cls, roles), **given}
 
 
 def raw_variant(rec: dict) -> dict[str, str]:
@@ -77,10 +100,10 @@ def raw_variant(rec: dict) -> dict[str, str]:
     run = rec["run"]
     given = values_with_roles(RunConfig, run["run_config"], (RESULT,))
     out = {k: _canon(v) for k, v in {**_added_later(given), **given}.items()}
-    for k, v in run["method_config"].items():
+    for k, v in _with_later_fields(run["method_config"], "methods", run.get("method"), None).items():
         out[f"method.{k}"] = _canon(v)
     not_results = {f.name for f in field_specs(TaskConfig) if f.role != RESULT}
-    for k, v in run["task_config"].items():
+    for k, v in _with_later_fields(run["task_config"], "tasks", run.get("task"), (RESULT,)).items():
         if k not in not_results:
             out[f"task.{k}"] = _canon(v)
     out["method_version"] = _canon(run["method_version"])

@@ -91,15 +91,23 @@ def test_every_committed_record_loads_through_upgrade():
 def test_the_row_variant_is_the_one_the_runner_wrote():
     """Version-1 records that carry run.variant (written from the fields' roles) get the same
     variant from run_config, method_config and task_config after the upgrade (with the run
-    fields added since at their defaults, as the version-1 reader filled them in)."""
-    from fedbench.leaderboard.groups import _added_later
+    fields added since at their defaults, as the version-1 reader filled them in, and the
+    method and task fields added since at theirs, as the run id reads them)."""
+    from fedbench.config import RESULT
+    from fedbench.leaderboard.groups import _added_later, _config_cls
+
+    def later(written: dict, prefix: str, registry: str, key: str, roles) -> dict:
+        have = {k[len(prefix):] for k in written if k.startswith(prefix)}
+        return {prefix + k: v for k, v in _added_later(have, _config_cls(registry, key), roles).items()}
 
     checked = 0
     for path in COMMITTED:
-        written = json.loads(path.read_text(encoding="utf-8"))["run"].get("variant")
+        run = json.loads(path.read_text(encoding="utf-8"))["run"]
+        written = run.get("variant")
         if written:
-            canon = {k: json.dumps(v, sort_keys=True, separators=(",", ":"))
-                     for k, v in {**_added_later(written), **written}.items()}
+            added = {**_added_later(written), **later(written, "method.", "methods", run["method"], None),
+                     **later(written, "task.", "tasks", run["task"], (RESULT,))}
+            canon = {k: json.dumps(v, sort_keys=True, separators=(",", ":")) for k, v in {**added, **written}.items()}
             assert raw_variant(read_record_file(path)) == {**canon, "method_version": "1"}, path
             checked += 1
     assert checked >= 100

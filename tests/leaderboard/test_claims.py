@@ -1,6 +1,7 @@
 """The claims report: flatness rule, claim files, paired measure, verdict rule, pre-fix marks,
 the CLI, and the committed leaderboard/claims.md regenerating from the committed records."""
 
+import json
 import math
 import shutil
 import subprocess
@@ -375,7 +376,7 @@ def test_each_claims_command_selects_its_cell_from_its_preset(paper):
         assert {r.spec.run.setting for r in runs} == {c.setting}
         assert {r.spec.run.roc or "-" for r in runs} == {c.roc}
         for k, v in c.where_values.items():
-            assert {getattr(r.spec.run, k) for r in runs} == {v}, (c, k)
+            assert {json.dumps(getattr(r.spec.run, k)) for r in runs} == {json.dumps(v)}, (c, k)  # lists too
         assert len(runs) == 2 * 5
         checked += 1
     assert checked

@@ -100,3 +100,20 @@ def test_a_record_written_before_a_field_existed_reads_as_its_default(plus):
     v1 = {"schema_version": 1, "run": {"run_config": {"lr": 0.01}, "variant": {"lr": 0.01}, "method_config": {},
                                        "task_config": {}}}
     assert raw_variant(upgrade(v1)) == raw_variant(old)
+
+
+def test_a_method_field_added_after_the_record_reads_as_its_default():
+    """Fed-HeLLo's ``train_head`` (default true) came after its first records: one written
+    before it and one written after at its default are one run id and one row; false is
+    another row; a method the registry does not know is read as written."""
+    from fedbench.leaderboard.groups import raw_variant
+    from fedbench.methods import METHODS
+
+    def rec(method="fed_hello", **method_config):
+        return {"run": {"method": method, "task": "tiny_text", "run_config": {}, "method_config": method_config,
+                        "task_config": {}, "method_version": 1}}
+
+    assert METHODS.get("fed_hello").config_cls().train_head is True
+    assert raw_variant(rec(lora_r=16)) == raw_variant(rec(lora_r=16, train_head=True))
+    assert raw_variant(rec(lora_r=16)) != raw_variant(rec(lora_r=16, train_head=False))
+    assert "method.train_head" not in raw_variant(rec("not_a_method", lora_r=16))
