@@ -100,9 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "leaderboard/records; repeatable)")
     sw.add_argument("--no-progress", action="store_true")
     sw.add_argument("--only", action="append", metavar="KEY=V1,V2",
-                    help="run only the preset's runs whose method, setting, seed, clients or roc is one of "
-                    "the values (repeatable; e.g. --only method=fed_hello,straggler --only setting=iid); same run ids as "
-                    "the whole preset")
+                    help="run only the preset's runs whose method, setting, seed, clients or roc, or config field "
+                    "method.<field> / task.<field> / run.<field>, is one of the values (repeatable; e.g. --only "
+                    "method=fed_hello,straggler --only setting=iid --only method.server_rule=authors_code); same run "
+                    "ids as the whole preset")
     sw.add_argument("--workers", type=int, help="run up to N runs at once as Ray tasks on a local Ray instance "
                     "(needs the [ray] extra; default: one after another in this process)")
     sw.add_argument("--address", help="join the Ray cluster at ADDR (e.g. 10.0.0.1:6379, or auto) instead of "

@@ -1,6 +1,7 @@
 """Sweep presets expand to the product of their lists and skip finished runs (the runs train
 nobody: ``executor: stub``, tests/stub.py)."""
 
+import json
 import pytest
 
 from fedbench.errors import UserError
@@ -122,3 +123,30 @@ def test_only_the_cli_says_a_large_preset_is_being_checked(tmp_path, capsys, mon
     assert capsys.readouterr().err == ""
     assert main(["sweep", str(preset), "--dry-run", "--no-progress"]) == 0
     assert f"checking the 2 runs of {preset}" in capsys.readouterr().err
+
+
+def test_only_a_config_field_picks_an_arm_of_method_variants(tmp_path):
+    """``--only method.server_rule=authors_code`` keeps one arm of ``method_variants`` (the
+    authors-rule preset's), with the whole preset's run ids; a run whose config lacks the field
+    is not selected; booleans and numbers compare as JSON (``true``, ``0.5``); ``task.`` and ``run.``
+    fields too; an unknown section is an error."""
+    import yaml
+
+    from fedbench.runners.core.sweep import load_sweep, select
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["flexlora", "flora"], "settings": ["iid"],
+                                      "method_variants": [{}, {"server_rule": "authors_code", "train_head": False}],
+                                      "seeds": [0], "run": {"rounds": 1, "clients": 6, "per_round": 2},
+                                      "task_config": {"n_train": 80, "n_test": 40}, "out": str(tmp_path / "r")}))
+    runs = load_sweep(preset)
+    both = select(runs, ["method.server_rule=authors_code", "method.train_head=false"])
+    assert sorted(r.spec.method for r in both) == ["flexlora", "flora"]
+    assert {r.spec.run_id for r in both} <= {r.spec.run_id for r in runs}
+    assert all(r.spec.method_config.server_rule == "authors_code" and not r.spec.method_config.train_head for r in both)
+    assert len(select(runs, ["method.server_rule=paper"])) == 2
+    assert len(select(runs, ["task.n_train=80", "run.lr=" + json.dumps(runs[0].spec.run.lr)])) == len(runs)
+    with pytest.raises(UserError, match=r"method.<field>, task.<field> or run.<field>"):
+        select(runs, ["model.lr=1"])
+    with pytest.raises(UserError, match="matches no run"):
+        select(runs, ["method.t_rgd=3"])  # Fed-HeLLo's field: neither method has it
