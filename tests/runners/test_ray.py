@@ -61,8 +61,8 @@ def private_head_method():
     METHODS.remove("test_private_head")
 
 
-def _run(tmp_path, method, runner):
-    workers = {"workers": 2} if runner == "ray" else {}  # --workers is the ray executor's only
+def _run(tmp_path, method, runner, workers: int = 2):
+    workers = {"workers": workers} if runner == "ray" else {}  # --workers is the ray executor's only
     rec, _, exp = run_ok(method, "tiny_text", {**RUN, "out": str(tmp_path / runner), "runner": runner, **workers},
                          task_config=SMALL_TASK_CONFIGS["tiny_text"])
     return rec, exp
@@ -80,8 +80,10 @@ def _same_record(a, b):
 
 @pytest.mark.parametrize("method", one_per_family(["fedavg", "fed_hello_gd_uniform"], ("fedavg",)))
 def test_ray_executor_gives_the_local_record(tmp_path, method):
+    """One actor (an actor's start-up is most of this test's time); the clients shared out over
+    two: the private-state test below."""
     local, _ = _run(tmp_path, method, "local")
-    remote, _ = _run(tmp_path, method, "ray")
+    remote, _ = _run(tmp_path, method, "ray", workers=1)
     assert remote["run"]["runner"] == "ray"
     _same_record(local, remote)
 
