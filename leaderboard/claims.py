@@ -16,7 +16,7 @@ does not show a legible number; the claim's direction then comes from the block'
         columns: {iid: IID, 20/1.0: 20/1.0}  # our setting -> the paper's column
         groups:
           - roc: "6:3:1"             # the records' resource label
-            where: {clients: 10}     # optional: run/method fields the rows must have
+            where: {clients: 10}     # optional: run/method fields the rows must have (method.<name>: where the method has it)
             figures: {fed_hello: [67.00, 65.58], straggler: [56.82, 51.05]}
             notes: {straggler: "..."}  # optional: about one method's row (shown on its claims only)
         explained_by:                # optional: why B's row differs from ours (printed under its claims)
@@ -259,8 +259,11 @@ def _has(recs, setting: str, where: tuple) -> bool:
 
 def has_fields(rec: dict, where: tuple) -> bool:
     """The record's whole variant (:func:`~fedbench.leaderboard.groups.raw_variant`) has every
-    (field, canonical JSON value) of ``where``."""
-    return set(where) <= set(raw_variant(rec).items())
+    (field, canonical JSON value) of ``where``; a method field (``method.<name>``) only where the
+    record's method has that field, so one ``where`` pins FLoRA's ``server_rule`` in a group whose
+    other methods have none."""
+    variant = raw_variant(rec)
+    return all(variant.get(k) == v or (k.startswith("method.") and k not in variant) for k, v in where)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The claims report: flatness rule, claim files, paired measure, verdict rule, pre-fix marks,
 the CLI, and the committed leaderboard/claims.md regenerating from the committed records."""
 
+import dataclasses
 import json
 import math
 import shutil
@@ -376,7 +377,27 @@ def test_each_claims_command_selects_its_cell_from_its_preset(paper):
         assert {r.spec.run.setting for r in runs} == {c.setting}
         assert {r.spec.run.roc or "-" for r in runs} == {c.roc}
         for k, v in c.where_values.items():
-            assert {json.dumps(getattr(r.spec.run, k)) for r in runs} == {json.dumps(v)}, (c, k)  # lists too
+            section, _, name = k.rpartition(".")
+            cfgs = [r.spec.method_config if section == "method" else r.spec.run for r in runs]
+            got = {json.dumps(getattr(cfg, name)) for cfg in cfgs if name in {f.name for f in dataclasses.fields(cfg)}}
+            # lists too; a method field only where the method has it (none of the pair may)
+            assert got <= {json.dumps(v)} if section == "method" else got == {json.dumps(v)}, (c, k)
         assert len(runs) == 2 * 5
         checked += 1
     assert checked
+
+
+def test_a_method_field_in_where_applies_where_the_method_has_it():
+    """``where: {method.server_rule: paper}`` keeps FLoRA's paper-rule records, drops its
+    authors-rule ones, and leaves Fed-HeLLo's (which has no server_rule) alone."""
+    from fedbench.leaderboard.claims import has_fields
+
+    def rec(method, **method_config):
+        return {"run": {"method": method, "task": "tiny_text", "run_config": {}, "method_config": method_config,
+                        "task_config": {}, "method_version": 1}}
+
+    where = (("method.server_rule", json.dumps("paper")),)
+    assert has_fields(rec("flora", server_rule="paper"), where)
+    assert not has_fields(rec("flora", server_rule="authors_code"), where)
+    assert has_fields(rec("fed_hello", t_rgd=3), where)
+    assert not has_fields(rec("fed_hello", t_rgd=3), (("rounds", "7"),))  # a run field always applies
