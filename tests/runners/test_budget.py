@@ -11,7 +11,7 @@ from fedbench.runners.budget.simtime import probe_setup
 from fedbench.runners.core.state import RoundLog
 from fedbench.runners.outputs.summary import target_section
 
-from smoke import SMALL_TASK_CONFIGS
+from smoke import SMALL_TASK_CONFIGS, one_per_family
 
 RUN = {"rounds": 2, "clients": 6, "per_round": 6, "max_steps": 2}
 
@@ -31,6 +31,12 @@ def test_lowest_placement_moves_layers_to_the_bottom_of_the_blocks():
     assert lowest_placement(ClientPlan(0, 0, (7, 9), blocks=(3, 7, 9)), 12).train_layers == (3, 7)
 
 
+#: the planned methods, one per family in the default run (fed_hello, fedra's layer / depth
+#: subsets, hetlora's ranks); inclusivefl and fed_pilot, of fedra's family, with ``-m slow``
+BUDGET_METHODS = one_per_family(["fed_hello", "fedra", "hetlora", "inclusivefl", "fed_pilot"],
+                                ("fed_hello", "fedra", "hetlora"))
+
+
 def _planner(tmp_path, method):
     exp = Experiment(method, "tiny_text", {**RUN, "out": str(tmp_path)}, task_config=SMALL_TASK_CONFIGS["tiny_text"])
     exp.setup()
@@ -38,7 +44,7 @@ def _planner(tmp_path, method):
         exp.am.bundle.n_layers
 
 
-@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl", "fed_pilot"])
+@pytest.mark.parametrize("method", BUDGET_METHODS)
 def test_a_larger_budget_never_gets_a_smaller_allocation(tmp_path, method):
     planner, L = _planner(tmp_path, method)
     rungs = ladder(L, 16)
@@ -73,7 +79,7 @@ def _device_run(tmp_path, method, **extra):
     return rec
 
 
-@pytest.mark.parametrize("method", ["fed_hello", "fedra", "hetlora", "inclusivefl", "fed_pilot"])
+@pytest.mark.parametrize("method", BUDGET_METHODS)
 def test_device_run_records_allocations_within_budgets(tmp_path, method):
     rec = _device_run(tmp_path, method)
     dev = rec["run"]["devices"]
