@@ -29,7 +29,6 @@ import json
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Sequence
 
 from fedbench.config import RESULT, field_specs, values_with_roles
@@ -75,8 +74,7 @@ def _added_later(have, cls: type | None = None, roles: tuple[str, ...] | None = 
     return {s.name: s.default for s in field_specs(cls) if (roles is None or s.role in roles) and s.name not in have}
 
 
-@lru_cache(maxsize=None)
-def _config_cls(registry: str, key: str) -> type | None:
+def _config_cls(registry: str, key: str | None) -> type | None:
     """The config class of method or task ``key`` (``registry``: "methods" / "tasks"); None
     for a key the registry does not know (removed since, a plugin not installed): its
     record's fields are then read as written."""
