@@ -94,11 +94,11 @@ def test_the_row_variant_is_the_one_the_runner_wrote():
     fields added since at their defaults, as the version-1 reader filled them in, and the
     method and task fields added since at theirs, as the run id reads them)."""
     from fedbench.config import RESULT
-    from fedbench.leaderboard.groups import _added_later, _config_cls
+    from fedbench.leaderboard.groups import _added_later, _with_later_fields
 
     def later(written: dict, prefix: str, registry: str, key: str, roles) -> dict:
-        have = {k[len(prefix):] for k in written if k.startswith(prefix)}
-        return {prefix + k: v for k, v in _added_later(have, _config_cls(registry, key), roles).items()}
+        given = {k[len(prefix):]: v for k, v in written.items() if k.startswith(prefix)}
+        return {prefix + k: v for k, v in _with_later_fields(given, registry, key, roles).items()}
 
     checked = 0
     for path in COMMITTED:
