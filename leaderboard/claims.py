@@ -21,9 +21,12 @@ does not show a legible number; the claim's direction then comes from the block'
             notes: {straggler: "..."}  # optional: about one method's row (shown on its claims only)
         explained_by:                # optional: why B's row differs from ours (printed under its claims)
           flexlora:
-            kind: code reading       # or: measurement (then measured_by is required)
+            kind: code reading       # or: measurement (then ablations are required)
             text: "..."
-            measured_by: benchmarks/x.yaml  # the preset / records that measure(d) it (optional for a code reading)
+            measured_by: benchmarks/x.yaml  # optional: the preset that measures it
+            ablations:               # optional: arms measured from the records (claims_ablation)
+              - {factor: "...", settings: [iid], arm: {method.server_rule: authors_code}, methods: [flexlora],
+                 command: "..."}  # methods: the arm's methods (default: A and B)
         not_testable: why            # optional: the records cannot test it
         command: fedbench run ...    # optional: how to run a missing cell ({a} {b} {setting} {roc})
         claim: ">"                   # the paper's direction where a figure is null
@@ -43,11 +46,11 @@ from pathlib import Path
 from fedbench.infiles import read_yaml
 from fedbench.leaderboard.claims_schema import CLAIMS, FIXES, check_file
 from fedbench.errors import UserError
-from fedbench.leaderboard.groups import RowKey, Section, raw_variant
+from fedbench.leaderboard.groups import RowKey, Section, raw_variant, show_value
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
 
-__all__ = ["Claim", "Explanation", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes", "measure",
-           "paper_names", "seeds_needed"]
+__all__ = ["Ablation", "Claim", "Explanation", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes", "measure",
+           "paper_names", "parse_ablations", "seeds_needed"]
 
 #: the file of :class:`Fix` entries next to the claim files (not a paper)
 FIXES_FILE = "fixes.yaml"
@@ -58,12 +61,64 @@ EXPLANATION_KINDS = ("code reading", "measurement")
 
 
 @dataclass(frozen=True)
+class Ablation:
+    """One factor moved toward the paper's setting (an ``explained_by`` entry's ``ablations``)."""
+
+    factor: str  # what the arm changes, in words
+    setting: str  # the data setting (a column of the claim's block)
+    arm: tuple  # ((field, canonical JSON value), ...): replace or extend the group's ``where``
+    command: str | None = None  # how to run the arm
+    methods: tuple = ()  # the claim's methods the arm applies to (empty: both)
+
+    def where(self, base: tuple, method: str) -> tuple:
+        """The group's ``where`` ``base`` for ``method``: with the arm's fields in place if the
+        arm applies to it."""
+        if self.methods and method not in self.methods:
+            return base
+        return tuple(sorted({**dict(base), **dict(self.arm)}.items()))
+
+    def arm_text(self) -> str:
+        """``field=value, ...``, and the methods it applies to when not both."""
+        fields = ", ".join(f"{k}={show_value(v)}" for k, v in self.arm)
+        return fields + (f" for {', '.join(self.methods)} only" if self.methods else "")
+
+
+def parse_ablations(raw, columns, pair: tuple, where: str) -> tuple[Ablation, ...]:
+    """An entry's ``ablations`` (a list of {factor, settings, arm, methods, command}), one
+    :class:`Ablation` per setting; ``columns``: the block's settings, which ``settings`` must be;
+    ``pair``: the claim's A and B, which ``methods`` may name."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise UserError(f"{where}: ablations must be a list of {{factor, settings, arm, methods, command}}")
+    out = []
+    for i, a in enumerate(raw):
+        w = f"{where} ablation {i + 1}"
+        if not isinstance(a, dict) or not isinstance(a.get("arm"), dict) or not a["arm"]:
+            raise UserError(f"{w}: needs factor, settings and a non-empty arm (fields: values)")
+        factor, settings, methods = a.get("factor"), a.get("settings"), a.get("methods") or []
+        if not isinstance(factor, str) or not factor.strip():
+            raise UserError(f"{w}: factor must be a non-empty string")
+        if not isinstance(settings, list) or not settings or {str(s) for s in settings} - {str(c) for c in columns}:
+            raise UserError(f"{w}: settings must list columns of the block ({', '.join(str(c) for c in columns)}), "
+                            f"got {settings!r}")
+        if set(methods) - set(pair):
+            raise UserError(f"{w}: methods must name the claim's methods ({', '.join(pair)}), got {methods!r}")
+        cmd = a.get("command")
+        out += [Ablation(" ".join(factor.split()), str(s), _fields(a["arm"]),
+                         None if cmd is None else " ".join(cmd.split()), tuple(methods)) for s in settings]
+    return tuple(out)
+
+
+
+@dataclass(frozen=True)
 class Explanation:
     """Why the paper's row of a method differs from ours (the group's ``explained_by``)."""
 
     kind: str  # one of EXPLANATION_KINDS
     text: str
     measured_by: str | None  # the preset or records that measure(d) it
+    ablations: tuple = ()  # (Ablation, ...): measured from the records (claims_ablation)
 
     def line(self) -> str:
         """One line: the kind (a code reading says it is not yet a measurement), the text, the source."""
@@ -144,7 +199,12 @@ def _figure(v, where: str) -> float | None:
     raise UserError(f"{where}: a figure must be a number or null, got {v!r}")
 
 
-def _explanations(group: dict, figures: dict, where: str) -> dict[str, Explanation]:
+def _fields(d: dict) -> tuple:
+    """{field: value} as sorted ((field, canonical JSON value), ...), as ``where`` is kept."""
+    return tuple(sorted((str(k), json.dumps(v, sort_keys=True, separators=(",", ":"))) for k, v in d.items()))
+
+
+def _explanations(group: dict, figures: dict, method: str, columns, where: str) -> dict[str, Explanation]:
     """The group's ``explained_by``: {method of its figures: Explanation}."""
     raw = group.get("explained_by") or {}
     if not isinstance(raw, dict) or set(raw) - set(figures):
@@ -158,10 +218,11 @@ def _explanations(group: dict, figures: dict, where: str) -> dict[str, Explanati
             raise UserError(f"{w}: kind must be one of {', '.join(EXPLANATION_KINDS)}, got {kind!r}")
         if not isinstance(text, str) or not text.strip():
             raise UserError(f"{w}: text must be a non-empty string")
-        src = e.get("measured_by")
-        if kind == "measurement" and not src:
-            raise UserError(f"{w}: a measurement needs measured_by (the preset or records that measured it)")
-        out[b] = Explanation(kind, " ".join(text.split()), None if src is None else str(src))
+        src, ablations = e.get("measured_by"), parse_ablations(e.get("ablations"), columns, (method, b), w)
+        if kind == "measurement" and not ablations:
+            raise UserError(f"{w}: a measurement needs ablations (the arms whose records measure it)")
+        out[b] = Explanation(kind, " ".join(text.split()), None if src is None else " ".join(str(src).split()),
+                             ablations)
     return out
 
 
@@ -178,12 +239,11 @@ def _block_claims(paper: str, block: dict, where: str) -> list[Claim]:
         figures = _need(group, "figures", gw)
         if method not in figures:
             raise UserError(f"{gw}: no figures of {method}")
-        fields = tuple(sorted((k, json.dumps(v, sort_keys=True, separators=(",", ":")))
-                              for k, v in (group.get("where") or {}).items()))
+        fields = _fields(group.get("where") or {})
         notes = group.get("notes") or {}
         if not isinstance(notes, dict) or set(notes) - set(figures):
             raise UserError(f"{gw}: notes must map methods of the group's figures to a text")
-        explained = _explanations(group, figures, gw)
+        explained = _explanations(group, figures, method, columns, gw)
         for b, figs_b in figures.items():
             if b == method:
                 continue

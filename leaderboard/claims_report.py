@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fedbench.leaderboard.claims import Claim, Fix, Measured, find_row, load_claims, load_fixes, measure
+from fedbench.leaderboard.claims_ablation import ablation_line, measure_ablation
 from fedbench.leaderboard.claims_cost import MIN_SEEDS, budget_line, estimate, other_budgets
 from fedbench.leaderboard.claims_verdict import (INCONCLUSIVE, NOT_AT_SIZE, NOT_RUN, NOT_TESTABLE, REPRODUCED,
                                                  REVERSED, VERDICTS, verdict)
@@ -54,6 +55,7 @@ class Outcome:
     pre_fix: tuple  # the fixes (commit: what) that some of the paired records predate
     cost: str  # for claims without records: the command and the estimated cost
     elsewhere: str = ""  # for claims without records: the records at another budget (claims_cost.other_budgets)
+    ablations: tuple = ()  # (AblationResult, ...) of its explained_by's ablations in its setting
 
 
 def _rows(sec: Section | None, c: Claim) -> tuple[RowKey | None, RowKey | None]:
@@ -109,6 +111,9 @@ def evaluate(claims: Sequence[Claim], records: list[dict], fixes: Sequence[Fix] 
         if sections:
             secs[task] = sections[0]
     parts = [_measure_one(c, secs, recs_by_task, fixes) for c in claims]
+    for c, p in zip(claims, parts):
+        p["ablations"] = tuple(measure_ablation(secs.get(c.task), c, ab)
+                               for ab in (c.explained_by.ablations if c.explained_by else ()) if ab.setting == c.setting)
     tested = [i for i, (c, p) in enumerate(zip(claims, parts))
               if not c.not_testable and p["measured"] is not None and p["measured"].p is not None]
     adjusted = dict(zip(tested, holm([parts[i]["measured"].p for i in tested])))
@@ -167,12 +172,15 @@ def _explained(block: Sequence[Outcome]) -> list[str]:
     for o in block:
         c = o.claim
         if c.explained_by is not None:
-            seen.setdefault((c.a, c.b, c.group, c.explained_by), []).append(c.setting)
+            seen.setdefault((c.a, c.b, c.group, c.explained_by), []).append(o)
     if not seen:
         return []
-    return ["", "Explained by:", ""] + [
-        f"- {esc(a)} vs {esc(b)}, {esc(g)} ({', '.join(esc(x) for x in settings)}): {esc(e.line())}"
-        for (a, b, g, e), settings in seen.items()]
+    lines = ["", "Explained by:", ""]
+    for (a, b, g, e), os_ in seen.items():
+        settings = ", ".join(esc(o.claim.setting) for o in os_)
+        lines.append(f"- {esc(a)} vs {esc(b)}, {esc(g)} ({settings}): {esc(e.line())}")
+        lines += [f"  - {esc(ablation_line(o.claim, r))}" for o in os_ for r in o.ablations]
+    return lines
 
 
 HEAD = ["Claim", "Group", "Setting (paper)", "Paper A vs B", "Measured A vs B: A - B ± 95 % CI (seeds)", "p",
@@ -214,7 +222,12 @@ def _rules(m: int, n_records: int, outcomes: Sequence[Outcome], versions: str = 
         lines.append(
             "- Explained by (under a table): why the paper's row of B differs from ours, from the claim file's "
             "`explained_by`: a **code reading** (of the authors' code or text: not yet a measurement, with the "
-            "preset that would measure it) or a **measurement** (with the preset or records that measured it).")
+            "preset that would measure it) or a **measurement**. Under it, each ablation (one factor moved toward "
+            "the paper's setting: the arm's fields replace the claim's for both methods, or for the one it names) is measured from the "
+            "records: the claim's A - B at the claim's fields and with the arm's, each with its 95 % CI, and the "
+            "change of the gap, arm minus base, paired by seed; a change whose CI excludes 0 moves the gap (toward "
+            "the paper's: the share of the way from our gap to the paper's), otherwise the CI's half-width is the "
+            "smallest change those seeds resolve.")
     if any(o.measured is None and o.cost for o in outcomes):
         lines.append(
             "- Estimated cost of the runs not done here, per method: runs missing (seeds, at least "

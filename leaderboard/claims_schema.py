@@ -25,7 +25,10 @@ __all__ = ["CLAIMS", "FIXES", "check_file"]
 
 _GROUP = {"roc": "scalar", "figures": ("map", "str", ["figure"]), "where?": ("map", "str", "any"),
           "notes?": ("map", "str", "text?"), "paper_group?": "scalar",
-          "explained_by?": ("map", "str", {"kind": "str", "text": "str", "measured_by?": "text?"})}
+          "explained_by?": ("map", "str", {"kind": "str", "text": "str", "measured_by?": "text?",
+                                           "ablations?": [{"factor": "str", "settings": ["scalar"],
+                                                           "arm": ("map", "str", "any"), "methods?": ["str"],
+                                                           "command?": "text?"}]})}
 _BLOCK = {"table": "scalar", "task": "str", "method": "str", "columns": ("map", "scalar", "scalar"),
           "groups": [_GROUP], "claim?": "text?", "not_testable?": "text?", "command?": "text?",
           "figure_note?": "str"}

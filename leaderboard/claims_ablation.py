@@ -1,0 +1,100 @@
+"""The ablations under a claim file's ``explained_by``: why a paper's gap differs from ours,
+measured from the records rather than typed into the claim file.
+
+An ablation changes one factor of a claim's cell toward the paper's setting (the authors'
+rules, the tiers' layer budgets, the rounds, the model's depth) and asks whether the claim's
+A - B moves. It names the factor in words, the data settings, and ``arm``: fields that replace
+or extend the group's ``where`` for both methods, or for ``methods`` only (``method.<field>``
+only where the method has that field, as in ``where``)::
+
+    explained_by:
+      flora:
+        kind: measurement
+        text: why the change should matter ...
+        ablations:
+          - factor: "the code's two departures"
+            settings: [iid]
+            arm: {method.server_rule: authors_code, method.train_head: false}
+            methods: [flora]
+            command: fedbench sweep benchmarks/flexlora_flora_authors_cpu.yaml --only ...
+
+Measured per ablation: the claim's A - B at the group's fields (the base gap), A - B with the
+arm's fields (the arm gap), each a paired mean with its 95 % CI over the seeds both rows have,
+and the change of the gap, arm minus base, paired over the seeds all four cells have (the
+same paired t as every claim, :func:`~fedbench.leaderboard.claims.measure`). A change whose
+CI excludes 0 moves the gap; otherwise the CI half-width is the smallest change the seeds
+could resolve (the ablation's power).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedbench.leaderboard.claims import Ablation, Claim, Measured, find_row, measure
+from fedbench.leaderboard.groups import Section
+
+__all__ = ["AblationResult", "ablation_line", "measure_ablation"]
+
+
+@dataclass(frozen=True)
+class AblationResult:
+    ablation: Ablation
+    base: Measured | None  # A - B at the group's fields
+    arm: Measured | None  # A - B with the arm's fields
+    change: Measured | None  # (arm gap) - (base gap), paired by seed
+    seeds_arm: tuple = ()  # the seeds A and B have with the arm's fields (when too few to measure)
+
+
+def _gap(sec: Section, c: Claim, ab: Ablation | None, setting: str) -> dict:
+    """{seed: A - B} of the claim's methods at the claim's fields (``ab`` None) or with the
+    arm's, over the seeds both rows have."""
+    wa, wb = (c.where, c.where) if ab is None else (ab.where(c.where, c.a), ab.where(c.where, c.b))
+    ra, rb = find_row(sec, c.a, c.roc, wa, setting), find_row(sec, c.b, c.roc, wb, setting)
+    if ra is None or rb is None or ra == rb:
+        return {}
+    a, b = sec.cells.get((ra, setting)) or {}, sec.cells.get((rb, setting)) or {}
+    return {s: a[s] - b[s] for s in sorted(set(a) & set(b))}
+
+
+def _as_measured(gap: dict) -> Measured | None:
+    """A - B of the seeds in ``gap`` as a paired measurement (None under 2 seeds)."""
+    return measure(gap, dict.fromkeys(gap, 0.0)) if len(gap) >= 2 else None
+
+
+def measure_ablation(sec: Section | None, c: Claim, ab: Ablation) -> AblationResult:
+    """The base and arm gaps of claim ``c`` and their change (``c``'s setting is the ablation's)."""
+    if sec is None:
+        return AblationResult(ab, None, None, None)
+    base, arm = _gap(sec, c, None, ab.setting), _gap(sec, c, ab, ab.setting)
+    both = sorted(set(base) & set(arm))
+    change = measure({s: arm[s] for s in both}, {s: base[s] for s in both}) if len(both) >= 2 else None
+    return AblationResult(ab, _as_measured(base), _as_measured(arm), change, tuple(sorted(arm)))
+
+
+def _ci(m: Measured) -> str:
+    return f"{m.diff:+.2f} ± {m.half:.2f} ({len(m.seeds)} seeds)"
+
+
+def ablation_line(c: Claim, r: AblationResult) -> str:
+    """One line: the factor, both gaps, the change and what it says about the paper's gap."""
+    ab = r.ablation
+    head = f"{ab.factor} ({ab.arm_text()}), {ab.setting}: "
+    if r.arm is None:
+        run = f"; run: `{ab.command.replace('{setting}', ab.setting)}`" if ab.command else ""
+        return head + f"not measured yet (A and B share {len(r.seeds_arm)} of the arm's seeds, 2 needed{run})"
+    paper = "" if c.paper_diff is None else f"; the paper's A - B {c.paper_diff:+.2f}"
+    base = "not measured" if r.base is None else _ci(r.base)
+    text = head + f"A - B {base} at the claim's fields, {_ci(r.arm)} with the arm{paper}"
+    ch = r.change
+    if ch is None:
+        return text + "; the change needs 2 seeds that all four cells have"
+    p = "" if ch.p is None else f", p {ch.p:.2g}"
+    text += f"; the change {ch.diff:+.2f} ± {ch.half:.2f} (paired over seeds {', '.join(map(str, ch.seeds))}{p})"
+    if abs(ch.diff) <= ch.half:
+        return text + f": no move resolved (these seeds resolve a change beyond ±{ch.half:.2f})"
+    if c.paper_diff is None or r.base is None:
+        return text + ": moves the gap"
+    toward = (c.paper_diff - r.base.diff) * ch.diff > 0
+    share = ch.diff / (c.paper_diff - r.base.diff) if c.paper_diff != r.base.diff else 0.0
+    return text + (f": moves the gap toward the paper's, {100 * share:.0f} % of the way" if toward
+                   else ": moves the gap away from the paper's")

@@ -1,0 +1,114 @@
+"""The ablations under a claim file's ``explained_by`` (leaderboard/claims_ablation.py): read
+from the claim file, measured from hand-built records, printed under the claim's table."""
+
+import math
+
+import pytest
+
+from fedbench.errors import UserError
+from fedbench.leaderboard.claims import load_claims
+from fedbench.leaderboard.claims_report import build_report
+from fedbench.leaderboard.stats import t_quantile_975
+
+from .test_generate import make
+
+CLAIMS = """
+paper: paper
+blocks:
+  - table: T1
+    task: t
+    method: a
+    columns: {iid: IID, 20/1.0: N}
+    groups:
+      - roc: "6:3:1"
+        where: {rounds: 50, method.rule: paper}
+        figures: {a: [60.0, 60.0], b: [0.0, 0.0]}
+        explained_by:
+          b:
+            kind: measurement
+            text: the rule
+            ablations:
+%s
+"""
+RULE = """              - factor: the authors' rule
+                settings: [iid]
+                arm: {method.rule: authors}
+                methods: [b]
+                command: fedbench sweep x.yaml --only setting={setting}"""
+ROUNDS = """              - factor: more rounds
+                settings: [iid, 20/1.0]
+                arm: {rounds: 150}"""
+
+
+def rec(method, seed, final, rounds=50, rule=None, setting="iid"):
+    r = make(method, setting, seed, final)
+    r["run"]["run_id"] = f"{method}-{setting}-{seed}-{rounds}-{rule}"
+    r["run"]["run_config"]["rounds"] = rounds
+    if rule is not None:
+        r["run"]["method_config"]["rule"] = rule
+    return r
+
+
+def report(tmp_path, ablations, records):
+    (tmp_path / "paper.yaml").write_text(CLAIMS % ablations)
+    return build_report(tmp_path, records, ["paper"]).split("Explained by:")[1]
+
+
+def test_an_arm_for_one_method_measures_the_change_of_the_gap(tmp_path):
+    """A leads B by 1, 0, 2 points (seeds 0-2) at B's paper rule and by 30, 27, 33 with B's
+    authors' rule: the change 29, 27, 31 is 29 +- t(2) * 2 / sqrt 3, 29 / (60 - 1) of the way
+    to the paper's gap; A's row is the same in both (the arm is B's only)."""
+    recs = [rec("a", s, v) for s, v in enumerate((0.50, 0.52, 0.54))]
+    recs += [rec("b", s, v, rule="paper") for s, v in enumerate((0.49, 0.52, 0.52))]
+    recs += [rec("b", s, v, rule="authors") for s, v in enumerate((0.20, 0.25, 0.21))]
+    text = report(tmp_path, RULE, recs)
+    half = t_quantile_975(2) * 2.0 / math.sqrt(3)
+    assert (f"  - the authors' rule (method.rule=authors for b only), iid: A - B +1.00 ± "
+            f"{t_quantile_975(2) * 1.0 / math.sqrt(3):.2f} (3 seeds) at the claim's fields, +30.00 ± {half * 1.5:.2f} "
+            f"(3 seeds) with the arm; the paper's A - B +60.00; the change +29.00 ± {half:.2f} "
+            "(paired over seeds 0, 1, 2, p ") in text
+    assert f"moves the gap toward the paper's, {100 * 29 / 59:.0f} % of the way" in text
+
+
+def test_an_arm_for_both_methods_that_moves_nothing_states_its_power(tmp_path):
+    """rounds 150 for A and B: gaps 1, 0, 2 then 2, 0, 1: change 1, 0, -1, mean 0, sd 1."""
+    recs = [rec(m, s, v, rounds=r, rule="paper" if m == "b" else None)
+            for m, r, vals in (("a", 50, (0.50, 0.52, 0.54)), ("b", 50, (0.49, 0.52, 0.52)),
+                               ("a", 150, (0.60, 0.60, 0.60)), ("b", 150, (0.58, 0.60, 0.59)))
+            for s, v in enumerate(vals)]
+    text = report(tmp_path, ROUNDS, recs)
+    half = t_quantile_975(2) * 1.0 / math.sqrt(3)
+    assert (f"the change +0.00 ± {half:.2f} (paired over seeds 0, 1, 2, p 1): no move resolved "
+            f"(these seeds resolve a change beyond ±{half:.2f})") in text
+    # 20/1.0 has no records: the arm is listed, not measured
+    assert "  - more rounds (rounds=150), 20/1.0: not measured yet (A and B share 0 of the arm's seeds, 2 needed)" in text
+
+
+def test_an_arm_with_one_seed_is_not_measured_and_gives_its_command(tmp_path):
+    recs = [rec("a", s, 0.5) for s in (0, 1)] + [rec("b", s, 0.4, rule="paper") for s in (0, 1)]
+    recs.append(rec("b", 0, 0.1, rule="authors"))
+    text = report(tmp_path, RULE, recs)
+    assert ("iid: not measured yet (A and B share 1 of the arm's seeds, 2 needed; run: "
+            "`fedbench sweep x.yaml --only setting=iid`)") in text
+
+
+@pytest.mark.parametrize("ablations, problem", [
+    (RULE.replace("[iid]", "[dir]"), "settings must list columns of the block"),
+    (RULE.replace("{method.rule: authors}", "{}"), "a non-empty arm"),
+    (RULE.replace("methods: [b]", "methods: [c]"), r"methods must name the claim's methods \(a, b\)"),
+    (RULE.replace("methods: [b]", "methods: b"), r"line 20: .*ablations\[1\].methods: expected a list"),
+    ("              []", "a measurement needs ablations"),
+])
+def test_a_bad_ablation_is_a_one_line_error(tmp_path, ablations, problem):
+    (tmp_path / "paper.yaml").write_text(CLAIMS % ablations)
+    with pytest.raises(UserError, match=problem):
+        load_claims(tmp_path, "paper")
+
+
+def test_one_ablation_per_setting(tmp_path):
+    (tmp_path / "paper.yaml").write_text(CLAIMS % ROUNDS)
+    _, claims = load_claims(tmp_path, "paper")
+    abl = claims[0].explained_by.ablations
+    assert [(a.factor, a.setting, a.arm, a.methods) for a in abl] == [
+        ("more rounds", "iid", (("rounds", "150"),), ()), ("more rounds", "20/1.0", (("rounds", "150"),), ())]
+    assert abl[0].where(claims[0].where, "a") == (("method.rule", '"paper"'), ("rounds", "150"))
