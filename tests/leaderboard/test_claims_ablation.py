@@ -112,3 +112,45 @@ def test_one_ablation_per_setting(tmp_path):
     assert [(a.factor, a.setting, a.arm, a.methods) for a in abl] == [
         ("more rounds", "iid", (("rounds", "150"),), ()), ("more rounds", "20/1.0", (("rounds", "150"),), ())]
     assert abl[0].where(claims[0].where, "a") == (("method.rule", '"paper"'), ("rounds", "150"))
+
+
+def test_each_ablations_command_selects_its_arm_from_its_preset():
+    """The command printed for an ablation not measured yet is a real one: from the named preset
+    it selects runs of the claim's methods at the ablation's setting and resource group, and for
+    each method it selects, 3 seeds with the arm's fields (a method field only where the method
+    has it, as ``--only`` compares)."""
+    import json
+    import shlex
+    from pathlib import Path
+
+    from fedbench.runners.core.sweep import _field_value, load_sweep, select
+
+    root = Path(__file__).resolve().parents[2]
+    presets: dict = {}
+    checked = 0
+    for c in load_claims(root / "leaderboard" / "claims", "fed_hello")[1]:
+        for ab in (c.explained_by.ablations if c.explained_by else ()):
+            if ab.setting != c.setting or not ab.command:
+                continue
+            argv = shlex.split(ab.command.replace("{setting}", ab.setting))
+            assert argv[:2] == ["fedbench", "sweep"], ab.command
+            if argv[2] not in presets:
+                presets[argv[2]] = load_sweep(root / argv[2])
+            runs = select(presets[argv[2]], [argv[i + 1] for i, a in enumerate(argv) if a == "--only"])
+            methods = {r.spec.method for r in runs}
+            assert methods and methods <= {c.a, c.b}, ab
+            assert {r.spec.run.setting for r in runs} == {ab.setting}
+            assert {r.spec.run.roc or "-" for r in runs} == {c.roc}
+            for m in methods:
+                def fits(spec, m=m):
+                    for k, v in ab.where(c.where, m):
+                        key = k if "." in k else f"run.{k}"
+                        got, want = _field_value(spec, key), json.loads(v)
+                        want = want if isinstance(want, str) else json.dumps(want)
+                        if not (got == want or (got is None and key.startswith("method."))):
+                            return False
+                    return True
+                arm = [r for r in runs if r.spec.method == m and fits(r.spec)]
+                assert sorted(r.spec.run.seed for r in arm) == [0, 1, 2], (ab, m)
+            checked += 1
+    assert checked >= 12
