@@ -21,6 +21,17 @@
 #   Fig. 6 ablations 6 x 3 settings x 5    = 90 runs x 9.5 min  = 14.3 h
 #   FedLoRA's four baselines, Fashion-MNIST (the claims report's estimate)      =  7.7 h
 #   in all 320 runs, about 49 core-hours (25 h on two cores).
+#
+# Left on 2026-11-29 (counted with each line's --dry-run against the sweep worktree's records), and
+# the rate since torch 2.14.1 replaced 2.15.0 on these machines: 0.35-0.37 s per client step for
+# MiniLM-L6 methods with two runs on the two cores (the 11-25 records: 0.20-0.25; the same code at
+# feab966 and now gives bit-identical records at the same rate, so the machine, not the code,
+# changed), about 17 min per 50-round run:
+#   fed_hello, flexlora, flora      60 runs  | fedra, fedra_fulldepth   50 runs
+#   straggler, hetlora              40 runs  | the six Fig. 6 ablations 90 runs
+#   = 240 runs x 17 min = 68 core-hours; exclusive 20 runs x ~2.5 min = 0.8; FedLoRA's four
+#   baselines 40 runs (7.7 h at the 11-25 rate, ~11.5 h now): about 80 core-hours, 40 h on two
+#   cores; seeds 0-2 of all of it (3/5) about 48 core-hours.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WORKERS=${WORKERS:-1}
