@@ -179,7 +179,8 @@ def _explained(block: Sequence[Outcome]) -> list[str]:
     for (a, b, g, e), os_ in seen.items():
         settings = ", ".join(esc(o.claim.setting) for o in os_)
         lines.append(f"- {esc(a)} vs {esc(b)}, {esc(g)} ({settings}): {esc(e.line())}")
-        lines += [f"  - {esc(ablation_line(o.claim, r))}" for o in os_ for r in o.ablations]
+        # indented 4 spaces: a nested list in Python-Markdown (the docs site) as on GitHub
+        lines += [f"    - {esc(ablation_line(o.claim, r))}" for o in os_ for r in o.ablations]
     return lines
 
 

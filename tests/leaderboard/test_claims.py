@@ -197,7 +197,7 @@ def test_explained_by_is_read_and_printed_under_its_claims(tmp_path):
     assert ("- a vs b, 6:3:1 (iid, 20/1.0): code reading, not yet a measurement: their server averages the factors "
             "(to measure: benchmarks/x.yaml)") in under
     assert ("- a vs c, 6:3:1 (iid, 20/1.0): measured: the head (measured by records abc123)\n"
-            "  - a frozen head (rounds=9), iid: not measured yet (A and B share 0 of the arm's seeds, 2 needed)") in under
+            "    - a frozen head (rounds=9), iid: not measured yet (A and B share 0 of the arm's seeds, 2 needed)") in under
     assert under.index("Not run here:") < under.index("Explained by:")  # under the claims' table
     assert "**code reading**" in text.split("### T1")[0]  # the rule is stated once the report has one
     assert "Explained by" not in build_report(_write(tmp_path, EXPLAINED.split("        explained_by:")[0]), [],

@@ -63,7 +63,7 @@ def test_an_arm_for_one_method_measures_the_change_of_the_gap(tmp_path):
     recs += [rec("b", s, v, rule="authors") for s, v in enumerate((0.20, 0.25, 0.21))]
     text = report(tmp_path, RULE, recs)
     half = t_quantile_975(2) * 2.0 / math.sqrt(3)
-    assert (f"  - the authors' rule (method.rule=authors for b only), iid: A - B +1.00 ± "
+    assert (f"    - the authors' rule (method.rule=authors for b only), iid: A - B +1.00 ± "
             f"{t_quantile_975(2) * 1.0 / math.sqrt(3):.2f} (3 seeds) at the claim's fields, +30.00 ± {half * 1.5:.2f} "
             f"(3 seeds) with the arm; the paper's A - B +60.00; the change +29.00 ± {half:.2f} "
             "(paired over seeds 0, 1, 2, p ") in text
@@ -81,7 +81,7 @@ def test_an_arm_for_both_methods_that_moves_nothing_states_its_power(tmp_path):
     assert (f"the change +0.00 ± {half:.2f} (paired over seeds 0, 1, 2, p 1): no move resolved "
             f"(these seeds resolve a change beyond ±{half:.2f})") in text
     # 20/1.0 has no records: the arm is listed, not measured
-    assert "  - more rounds (rounds=150), 20/1.0: not measured yet (A and B share 0 of the arm's seeds, 2 needed)" in text
+    assert "    - more rounds (rounds=150), 20/1.0: not measured yet (A and B share 0 of the arm's seeds, 2 needed)" in text
 
 
 def test_an_arm_with_one_seed_is_not_measured_and_gives_its_command(tmp_path):
