@@ -49,8 +49,8 @@ from fedbench.errors import UserError
 from fedbench.leaderboard.groups import RowKey, Section, raw_variant, show_value
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
 
-__all__ = ["Ablation", "Claim", "Explanation", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes", "measure",
-           "paper_names", "parse_ablations", "seeds_needed"]
+__all__ = ["Ablation", "Claim", "Explanation", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes",
+           "measure", "paper_names", "parse_ablations", "seeds_needed"]
 
 #: the file of :class:`Fix` entries next to the claim files (not a paper)
 FIXES_FILE = "fixes.yaml"
@@ -108,7 +108,6 @@ def parse_ablations(raw, columns, pair: tuple, where: str) -> tuple[Ablation, ..
         out += [Ablation(" ".join(factor.split()), str(s), _fields(a["arm"]),
                          None if cmd is None else " ".join(cmd.split()), tuple(methods)) for s in settings]
     return tuple(out)
-
 
 
 @dataclass(frozen=True)
