@@ -112,8 +112,8 @@ def evaluate(claims: Sequence[Claim], records: list[dict], fixes: Sequence[Fix] 
             secs[task] = sections[0]
     parts = [_measure_one(c, secs, recs_by_task, fixes) for c in claims]
     for c, p in zip(claims, parts):
-        p["ablations"] = tuple(measure_ablation(secs.get(c.task), c, ab)
-                               for ab in (c.explained_by.ablations if c.explained_by else ()) if ab.setting == c.setting)
+        ablations = c.explained_by.ablations if c.explained_by else ()
+        p["ablations"] = tuple(measure_ablation(secs.get(c.task), c, ab) for ab in ablations if ab.setting == c.setting)
     tested = [i for i, (c, p) in enumerate(zip(claims, parts))
               if not c.not_testable and p["measured"] is not None and p["measured"].p is not None]
     adjusted = dict(zip(tested, holm([parts[i]["measured"].p for i in tested])))
@@ -224,8 +224,8 @@ def _rules(m: int, n_records: int, outcomes: Sequence[Outcome], versions: str = 
             "- Explained by (under a table): why the paper's row of B differs from ours, from the claim file's "
             "`explained_by`: a **code reading** (of the authors' code or text: not yet a measurement, with the "
             "preset that would measure it) or a **measurement**. Under it, each ablation (one factor moved toward "
-            "the paper's setting: the arm's fields replace the claim's for both methods, or for the one it names) is measured from the "
-            "records: the claim's A - B at the claim's fields and with the arm's, each with its 95 % CI, and the "
+            "the paper's setting: the arm's fields replace the claim's for both methods, or for the one it names) is "
+            "measured from the records: the claim's A - B at the claim's fields and with the arm's, each with its 95 % CI, and the "
             "change of the gap, arm minus base, paired by seed; a change whose CI excludes 0 moves the gap (toward "
             "the paper's: the share of the way from our gap to the paper's), otherwise the CI's half-width is the "
             "smallest change those seeds resolve.")

@@ -81,7 +81,8 @@ def test_an_arm_for_both_methods_that_moves_nothing_states_its_power(tmp_path):
     assert (f"the change +0.00 ± {half:.2f} (paired over seeds 0, 1, 2, p 1): no move resolved "
             f"(these seeds resolve a change beyond ±{half:.2f})") in text
     # 20/1.0 has no records: the arm is listed, not measured
-    assert "    - more rounds (rounds=150), 20/1.0: not measured yet (A and B share 0 of the arm's seeds, 2 needed)" in text
+    assert ("    - more rounds (rounds=150), 20/1.0: not measured yet (A and B share 0 of the arm's seeds, 2 needed)"
+            in text)
 
 
 def test_an_arm_with_one_seed_is_not_measured_and_gives_its_command(tmp_path):
