@@ -226,9 +226,9 @@ def _rules(m: int, n_records: int, outcomes: Sequence[Outcome], versions: str = 
             "preset that would measure it) or a **measurement**. Under it, each ablation (one factor moved toward "
             "the paper's setting: the arm's fields replace the claim's for both methods, or for the one it names) is "
             "measured from the records: the claim's A - B at the claim's fields and with the arm's, each with its "
-            "95 % CI, and the change of the gap, arm minus base, paired by seed; a change whose CI excludes 0 moves the gap (toward "
-            "the paper's: the share of the way from our gap to the paper's), otherwise the CI's half-width is the "
-            "smallest change those seeds resolve.")
+            "95 % CI, and the change of the gap, arm minus base, paired by seed; a change whose CI excludes 0 "
+            "moves the gap (toward the paper's: the share of the way from our gap to the paper's), otherwise the "
+            "CI's half-width is the smallest change those seeds resolve.")
     if any(o.measured is None and o.cost for o in outcomes):
         lines.append(
             "- Estimated cost of the runs not done here, per method: runs missing (seeds, at least "
