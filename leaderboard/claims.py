@@ -77,6 +77,10 @@ class Ablation:
             return base
         return tuple(sorted({**dict(base), **dict(self.arm)}.items()))
 
+    def run_command(self) -> str | None:
+        """``command`` with ``{setting}`` filled in (as :meth:`Claim.run_command` fills a claim's)."""
+        return None if self.command is None else self.command.replace("{setting}", self.setting)
+
     def arm_text(self) -> str:
         """``field=value, ...``, and the methods it applies to when not both."""
         fields = ", ".join(f"{k}={show_value(v)}" for k, v in self.arm)

@@ -352,6 +352,21 @@ def test_cost_times_from_records_at_the_claims_fields_before_other_budgets():
     assert "b has 5 of them" in o.cost and "b 0 runs" not in o.cost
 
 
+def spec_has(spec, where: tuple) -> bool:
+    """A sweep run's spec has every (field, canonical JSON value) of a claim's ``where`` (a bare
+    name is a run field), compared as ``fedbench sweep --only`` compares (lists too); a method
+    field only where the run's method has it."""
+    from fedbench.runners.core.sweep import _field_value
+
+    for k, v in where:
+        key = k if "." in k else f"run.{k}"
+        got, want = _field_value(spec, key), json.loads(v)
+        if not (got == (want if isinstance(want, str) else json.dumps(want))
+                or (got is None and key.startswith("method."))):
+            return False
+    return True
+
+
 @pytest.mark.parametrize("paper", ["fed_hello", "fedlora"])
 def test_each_claims_command_selects_its_cell_from_its_preset(paper):
     """The command the report prints for a claim not run yet is a real one: its ``--only``
@@ -360,7 +375,7 @@ def test_each_claims_command_selects_its_cell_from_its_preset(paper):
     import shlex
 
     from fedbench.leaderboard.claims import load_claims
-    from fedbench.runners.core.sweep import _field_value, load_sweep, select
+    from fedbench.runners.core.sweep import load_sweep, select
 
     repo = ROOT.parent
     presets: dict = {}  # path -> its runs (built once)
@@ -377,12 +392,7 @@ def test_each_claims_command_selects_its_cell_from_its_preset(paper):
         assert {r.spec.method for r in runs} == {c.a, c.b}
         assert {r.spec.run.setting for r in runs} == {c.setting}
         assert {r.spec.run.roc or "-" for r in runs} == {c.roc}
-        for k, v in c.where_values.items():
-            key = k if "." in k else f"run.{k}"
-            got = {_field_value(r.spec, key) for r in runs} - {None}  # as --only compares (lists too)
-            want = {v if isinstance(v, str) else json.dumps(v)}
-            # a method field only where the method has it (none of the pair may)
-            assert got <= want if key.startswith("method.") else got == want, (c, k)
+        assert all(spec_has(r.spec, c.where) for r in runs), c
         assert len(runs) == 2 * 5
         checked += 1
     assert checked

@@ -10,6 +10,7 @@ from fedbench.leaderboard.claims import load_claims
 from fedbench.leaderboard.claims_report import build_report
 from fedbench.leaderboard.stats import t_quantile_975
 
+from .test_claims import spec_has
 from .test_generate import make
 
 CLAIMS = """
@@ -120,11 +121,10 @@ def test_each_ablations_command_selects_its_arm_from_its_preset():
     it selects runs of the claim's methods at the ablation's setting and resource group, and for
     each method it selects, 3 seeds with the arm's fields (a method field only where the method
     has it, as ``--only`` compares)."""
-    import json
     import shlex
     from pathlib import Path
 
-    from fedbench.runners.core.sweep import _field_value, load_sweep, select
+    from fedbench.runners.core.sweep import load_sweep, select
 
     root = Path(__file__).resolve().parents[2]
     presets: dict = {}
@@ -133,7 +133,7 @@ def test_each_ablations_command_selects_its_arm_from_its_preset():
         for ab in (c.explained_by.ablations if c.explained_by else ()):
             if ab.setting != c.setting or not ab.command:
                 continue
-            argv = shlex.split(ab.command.replace("{setting}", ab.setting))
+            argv = shlex.split(ab.run_command())
             assert argv[:2] == ["fedbench", "sweep"], ab.command
             if argv[2] not in presets:
                 presets[argv[2]] = load_sweep(root / argv[2])
@@ -143,15 +143,7 @@ def test_each_ablations_command_selects_its_arm_from_its_preset():
             assert {r.spec.run.setting for r in runs} == {ab.setting}
             assert {r.spec.run.roc or "-" for r in runs} == {c.roc}
             for m in methods:
-                def fits(spec, m=m):
-                    for k, v in ab.where(c.where, m):
-                        key = k if "." in k else f"run.{k}"
-                        got, want = _field_value(spec, key), json.loads(v)
-                        want = want if isinstance(want, str) else json.dumps(want)
-                        if not (got == want or (got is None and key.startswith("method."))):
-                            return False
-                    return True
-                arm = [r for r in runs if r.spec.method == m and fits(r.spec)]
+                arm = [r for r in runs if r.spec.method == m and spec_has(r.spec, ab.where(c.where, m))]
                 assert sorted(r.spec.run.seed for r in arm) == [0, 1, 2], (ab, m)
             checked += 1
     assert checked >= 12
