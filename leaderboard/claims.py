@@ -49,7 +49,7 @@ from fedbench.errors import UserError
 from fedbench.leaderboard.groups import RowKey, Section, raw_variant, show_value
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
 
-__all__ = ["Ablation", "Claim", "Explanation", "Fix", "Measured", "find_row", "has_fields", "load_claims", "load_fixes",
+__all__ = ["Ablation", "Claim", "Explanation", "Fix", "Measured", "claim_cells", "find_row", "has_fields", "load_claims", "load_fixes",
            "measure", "paper_names", "parse_ablations", "seeds_needed"]
 
 #: the file of :class:`Fix` entries next to the claim files (not a paper)
@@ -312,6 +312,18 @@ def find_row(sec: Section, method: str, roc: str, where: tuple, setting: str) ->
         raise UserError(f"{sec.task}: {len(found)} rows of {method} (RoC {roc}) match; add fields to the claim's "
                         "'where' to pick one")
     return found[0] if found else None
+
+
+def claim_cells(sec: Section | None, c: Claim, setting: str, wa: tuple, wb: tuple) -> tuple:
+    """(row of A, row of B, {seed: A's value}, {seed: B's value}) of claim ``c`` in ``setting``,
+    A's row picked by the fields ``wa`` and B's by ``wb`` (:func:`find_row`; a claim's A and B
+    are two methods, so two rows); the cells are empty where a row is missing."""
+    if sec is None:
+        return None, None, {}, {}
+    ra, rb = find_row(sec, c.a, c.roc, wa, setting), find_row(sec, c.b, c.roc, wb, setting)
+    if ra is None or rb is None:
+        return ra, rb, {}, {}
+    return ra, rb, sec.cells.get((ra, setting)) or {}, sec.cells.get((rb, setting)) or {}
 
 
 def _has(recs, setting: str, where: tuple) -> bool:

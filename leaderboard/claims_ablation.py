@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbench.leaderboard.claims import Ablation, Claim, Measured, find_row, measure
+from fedbench.leaderboard.claims import Ablation, Claim, Measured, claim_cells, measure
 from fedbench.leaderboard.groups import Section
 
 __all__ = ["AblationResult", "ablation_line", "measure_ablation"]
@@ -49,10 +49,7 @@ def _gap(sec: Section, c: Claim, ab: Ablation | None, setting: str) -> dict:
     """{seed: A - B} of the claim's methods at the claim's fields (``ab`` None) or with the
     arm's, over the seeds both rows have."""
     wa, wb = (c.where, c.where) if ab is None else (ab.where(c.where, c.a), ab.where(c.where, c.b))
-    ra, rb = find_row(sec, c.a, c.roc, wa, setting), find_row(sec, c.b, c.roc, wb, setting)
-    if ra is None or rb is None or ra == rb:
-        return {}
-    a, b = sec.cells.get((ra, setting)) or {}, sec.cells.get((rb, setting)) or {}
+    _, _, a, b = claim_cells(sec, c, setting, wa, wb)
     return {s: a[s] - b[s] for s in sorted(set(a) & set(b))}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from fedbench.errors import UserError
-from fedbench.leaderboard.claims import Claim, find_row, has_fields, measure
+from fedbench.leaderboard.claims import Claim, claim_cells, has_fields, measure
 from fedbench.leaderboard.groups import Section, raw_variant, show_value
 from fedbench.leaderboard.render import esc
 from fedbench.leaderboard.table import BUDGET_FIELDS, value_key
@@ -138,12 +138,9 @@ def other_budgets(c: Claim, sec: Section | None, task_recs: list[dict]) -> str:
 
 def _paired_at(c: Claim, sec: Section | None, where: tuple) -> str:
     """``; A - B +1.00 ± 2.00`` at ``where`` when A's and B's rows there share 2 seeds, else ``""``."""
-    if sec is None:
-        return ""
     try:
-        ra, rb = (find_row(sec, m, c.roc, tuple(sorted(where)), c.setting) for m in (c.a, c.b))
+        _, _, a, b = claim_cells(sec, c, c.setting, tuple(sorted(where)), tuple(sorted(where)))
     except UserError:  # several variants match: no one pair to show
         return ""
-    a, b = (sec.cells.get((rk, c.setting)) if rk else None for rk in (ra, rb))
-    m = measure(a, b) if a and b and ra != rb else None
+    m = measure(a, b) if a and b else None
     return "" if m is None else f"; A - B {m.diff:+.2f} ± {m.half:.2f}"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from fedbench.leaderboard.claims import Claim, Fix, Measured, find_row, load_claims, load_fixes, measure
+from fedbench.leaderboard.claims import Claim, Fix, Measured, claim_cells, load_claims, load_fixes, measure
 from fedbench.leaderboard.claims_ablation import ablation_line, measure_ablation
 from fedbench.leaderboard.claims_cost import MIN_SEEDS, budget_line, estimate, other_budgets
 from fedbench.leaderboard.claims_verdict import (INCONCLUSIVE, NOT_AT_SIZE, NOT_RUN, NOT_TESTABLE, REPRODUCED,
@@ -58,12 +58,6 @@ class Outcome:
     ablations: tuple = ()  # (AblationResult, ...) of its explained_by's ablations in its setting
 
 
-def _rows(sec: Section | None, c: Claim) -> tuple[RowKey | None, RowKey | None]:
-    if sec is None:
-        return None, None
-    return find_row(sec, c.a, c.roc, c.where, c.setting), find_row(sec, c.b, c.roc, c.where, c.setting)
-
-
 def _paired(sec: Section, rk: RowKey, setting: str, seeds: tuple) -> list[dict]:
     return [r for r in sec.runs[rk]
             if r["run"]["run_config"]["setting"] == setting and r["run"]["run_config"]["seed"] in seeds]
@@ -83,11 +77,8 @@ def _pre_fix(recs: list[dict], fixes: Sequence[Fix]) -> tuple:
 
 def _measure_one(c: Claim, secs: dict, recs_by_task: dict, fixes: Sequence[Fix]) -> dict:
     sec = secs.get(c.task)
-    ra, rb = _rows(sec, c)
-    m = None
-    if ra is not None and rb is not None and ra != rb:
-        a, b = sec.cells.get((ra, c.setting)), sec.cells.get((rb, c.setting))
-        m = measure(a, b) if a and b else None
+    ra, rb, a, b = claim_cells(sec, c, c.setting, c.where, c.where)
+    m = measure(a, b) if a and b else None
     if m is None:
         task_recs = recs_by_task.get(c.task, [])
         return dict(measured=None, flat=(None, None), runs=(), budget="-", pre_fix=(), cost=estimate(c, task_recs),
