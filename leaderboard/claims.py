@@ -50,7 +50,7 @@ from fedbench.leaderboard.groups import RowKey, Section, raw_variant, show_value
 from fedbench.leaderboard.stats import ci_half_width, mean, paired_t_test, sample_std, t_quantile_975, two_sided_p
 
 __all__ = ["Ablation", "Claim", "Explanation", "Fix", "Measured", "claim_cells", "find_row", "has_fields", "load_claims", "load_fixes",
-           "measure", "paper_names", "parse_ablations", "seeds_needed"]
+           "measure", "paper_names", "seeds_needed"]
 
 #: the file of :class:`Fix` entries next to the claim files (not a paper)
 FIXES_FILE = "fixes.yaml"
@@ -87,23 +87,17 @@ class Ablation:
         return fields + (f" for {', '.join(self.methods)} only" if self.methods else "")
 
 
-def parse_ablations(raw, columns, pair: tuple, where: str) -> tuple[Ablation, ...]:
-    """An entry's ``ablations`` (a list of {factor, settings, arm, methods, command}), one
-    :class:`Ablation` per setting; ``columns``: the block's settings, which ``settings`` must be;
-    ``pair``: the claim's A and B, which ``methods`` may name."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise UserError(f"{where}: ablations must be a list of {{factor, settings, arm, methods, command}}")
+def _ablations(raw, columns, pair: tuple, where: str) -> tuple[Ablation, ...]:
+    """An entry's ``ablations`` (a list of {factor, settings, arm, methods, command}; its shape
+    checked by the schema), one :class:`Ablation` per setting; ``columns``: the block's settings,
+    which ``settings`` must be; ``pair``: the claim's A and B, which ``methods`` may name."""
     out = []
-    for i, a in enumerate(raw):
+    for i, a in enumerate(raw or ()):
         w = f"{where} ablation {i + 1}"
-        if not isinstance(a, dict) or not isinstance(a.get("arm"), dict) or not a["arm"]:
-            raise UserError(f"{w}: needs factor, settings and a non-empty arm (fields: values)")
-        factor, settings, methods = a.get("factor"), a.get("settings"), a.get("methods") or []
-        if not isinstance(factor, str) or not factor.strip():
-            raise UserError(f"{w}: factor must be a non-empty string")
-        if not isinstance(settings, list) or not settings or {str(s) for s in settings} - {str(c) for c in columns}:
+        factor, settings, methods = a["factor"], a["settings"], a.get("methods") or []
+        if not a["arm"] or not factor.strip():
+            raise UserError(f"{w}: needs a factor and a non-empty arm (fields: values)")
+        if not settings or {str(s) for s in settings} - {str(c) for c in columns}:
             raise UserError(f"{w}: settings must list columns of the block ({', '.join(str(c) for c in columns)}), "
                             f"got {settings!r}")
         if set(methods) - set(pair):
@@ -221,7 +215,7 @@ def _explanations(group: dict, figures: dict, method: str, columns, where: str) 
             raise UserError(f"{w}: kind must be one of {', '.join(EXPLANATION_KINDS)}, got {kind!r}")
         if not isinstance(text, str) or not text.strip():
             raise UserError(f"{w}: text must be a non-empty string")
-        src, ablations = e.get("measured_by"), parse_ablations(e.get("ablations"), columns, (method, b), w)
+        src, ablations = e.get("measured_by"), _ablations(e.get("ablations"), columns, (method, b), w)
         if kind == "measurement" and not ablations:
             raise UserError(f"{w}: a measurement needs ablations (the arms whose records measure it)")
         out[b] = Explanation(kind, " ".join(text.split()), None if src is None else " ".join(str(src).split()),

@@ -96,7 +96,8 @@ def test_an_arm_with_one_seed_is_not_measured_and_gives_its_command(tmp_path):
 
 @pytest.mark.parametrize("ablations, problem", [
     (RULE.replace("[iid]", "[dir]"), "settings must list columns of the block"),
-    (RULE.replace("{method.rule: authors}", "{}"), "a non-empty arm"),
+    (RULE.replace("{method.rule: authors}", "{}"), "needs a factor and a non-empty arm"),
+    (RULE.replace("factor: the authors' rule", "factor: ' '"), "needs a factor and a non-empty arm"),
     (RULE.replace("methods: [b]", "methods: [c]"), r"methods must name the claim's methods \(a, b\)"),
     (RULE.replace("methods: [b]", "methods: b"), r"line 20: .*ablations\[1\].methods: expected a list"),
     ("              []", "a measurement needs ablations"),
