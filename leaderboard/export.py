@@ -30,10 +30,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 import math
 import os
-from collections import defaultdict
 from pathlib import Path
 
 from fedbench.errors import UserError
@@ -41,12 +39,11 @@ from fedbench.leaderboard.groups import setting_sort_key
 from fedbench.leaderboard.output import write_text
 from fedbench.outfiles import check_output
 from fedbench.leaderboard.render import Fmt
-from fedbench.leaderboard.sections import SAFE_TASK, ok_sections
+from fedbench.leaderboard.sections import by_file_task, ok_sections
 from fedbench.leaderboard.table import COSTS, mem_sources, pareto_rows, quality_table, row_costs
 from fedbench.units import GB, MB
 from fedbench.records import load_records, one_line, prepare_out_dir
 
-log = logging.getLogger(__name__)
 
 __all__ = ["PER", "default_out", "export", "task_rows"]
 
@@ -172,13 +169,7 @@ def export(records_root: str | os.PathLike, out_dir: str | os.PathLike | None = 
     out_dir = default_out(records_root) if out_dir is None else out_dir
     _outside_records(records_root, out_dir)
     records = load_records(records_root)
-    by_task: dict = defaultdict(list)
-    for r in records:
-        by_task[r["run"]["task"]].append(r)
-    for task in sorted(by_task):
-        if not SAFE_TASK.fullmatch(task):
-            log.warning("skipping task %s: not usable as a file name", one_line(repr(task)))
-            del by_task[task]
+    by_task = by_file_task(records)
     if not by_task:
         return []
     out = prepare_out_dir(out_dir)

@@ -45,7 +45,7 @@ from fedbench.leaderboard.output import write_text
 from fedbench.leaderboard.plots import KINDS, MIN_CURVE_POINTS, curve_points, plot_records
 from fedbench.leaderboard.render import LOWER_IS_BETTER, PERCENT_METRICS, Fmt, esc, render_section
 from fedbench.leaderboard.budget import budget_lines
-from fedbench.leaderboard.sections import SAFE_TASK, ok_sections
+from fedbench.leaderboard.sections import by_file_task, ok_sections
 from fedbench.outfiles import check_output
 from fedbench.records import load_records, one_line, prepare_out_dir
 from fedbench.version import __version__
@@ -149,13 +149,7 @@ def generate(records_root: str | os.PathLike, out_dir: str | os.PathLike, *, plo
     without records are left alone. ``plots``: first draw the plots
     (:func:`~fedbench.leaderboard.plots.plot_records`), then link them."""
     records = load_records(records_root)
-    by_task: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_task[r["run"]["task"]].append(r)
-    for task in sorted(by_task):
-        if not SAFE_TASK.fullmatch(task):
-            log.warning("skipping task %s: not usable as a file name", one_line(repr(task)))
-            del by_task[task]
+    by_task = by_file_task(records)
     if not by_task:
         log.warning("no result records under %s; no leaderboard written", one_line(str(records_root)))
         return []

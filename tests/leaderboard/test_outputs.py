@@ -150,3 +150,14 @@ def test_export_refuses_to_write_into_the_records_folder(tmp_path, capsys):
     assert not list(root.rglob("*.csv")) and not (root / "leaderboard").exists()
     assert main(["export", "--records", str(root)]) == 0  # default: beside it
     assert (tmp_path / "records-export" / "tiny_text.cell.json").is_file()
+
+
+def test_tasks_unusable_as_file_names_are_left_out_with_a_warning(caplog):
+    from fedbench.leaderboard.sections import by_file_task
+
+    recs = [{"run": {"task": t}} for t in ("b", "../x", "a", "b", ".hidden", "a/b")]
+    with caplog.at_level("WARNING"):
+        got = by_file_task(recs)
+    assert list(got) == ["a", "b"] and [len(v) for v in got.values()] == [1, 2]
+    assert sorted(caplog.messages) == [f"skipping task {t!r}: not usable as a file name"
+                                       for t in sorted(("../x", ".hidden", "a/b"))]
