@@ -48,20 +48,30 @@ def _seeds_recorded(c: Claim, recs: list[dict], method: str) -> set:
 def timing_source(m: str, other: str | None, where: tuple, task: str,
                   task_recs: list[dict]) -> tuple[list[dict], str]:
     """The records that time ``m``'s missing runs, and what they are: ``m``'s own (those at
-    ``where``, else at its fields other than rounds, else all), else ``other``'s (chosen the
-    same way), else every record of the task; the label says which, so a method never run
-    here is not passed off as measured. The claims report and ``fedbench sweep --dry-run``
+    ``where``, else at its fields other than rounds, else at its task fields: the model and
+    sequence length, which set the work per step), else ``other``'s (chosen the same way), else
+    any method's with those task fields, else every record of the task where ``where`` names no
+    task field, else none (a model never run here is not timed by another's); the label says
+    which, so a method never run here is not passed off as measured. The
+    claims report and ``fedbench sweep --dry-run``
     (:func:`~fedbench.leaderboard.sweep_cost.run_estimate`) time runs with it."""
     shape = tuple((k, v) for k, v in where if k != "rounds")  # s/round does not depend on rounds
+    tcfg = tuple((k, v) for k, v in where if k.startswith("task."))
     for who, label in ((m, f"{m}'s"), (other, f"no record of {m}: {other}'s")):
         own = [r for r in task_recs if r["run"]["method"] == who]
-        if not own:
-            continue
-        for fields, at in ((where, ""), (shape, " at other round counts"), ((), " at other budgets")):
+        for fields, at in ((where, ""), (shape, " at other round counts"), (tcfg, " at other budgets")):
             src = [r for r in own if has_fields(r, fields)]
             if src:
                 return src, f"{label} {len(src)} records{at}"
-    return task_recs, f"no record of {m}: all {len(task_recs)} records of {task}"
+    if not tcfg:
+        return task_recs, f"no record of {m}: all {len(task_recs)} records of {task}"
+    same = [r for r in task_recs if has_fields(r, tcfg)]
+    unseen = [(k, v) for k, v in tcfg if not any(has_fields(r, ((k, v),)) for r in task_recs)]
+    named = ", ".join(f"{k}={show_value(v)}" for k, v in unseen or tcfg)
+    if same:
+        who = m if other is None else f"{m} or {other}"
+        return same, f"no record of {who} with {named}: all {len(same)} records of {task} with it"
+    return [], f"no record of {task} with {named} to time it"
 
 
 def seconds_per_round(recs: list[dict]) -> float | None:
@@ -94,7 +104,7 @@ def estimate(c: Claim, task_recs: list[dict]) -> str:
         src, label = timing_source(m, other, c.where, c.task, task_recs)
         spr = seconds_per_round(src)
         if spr is None:
-            return f"{cmd}; cost not estimated (no timed record for {esc(m)})"
+            return f"{cmd}; cost not estimated ({esc(label) if not src else f'no timed record for {esc(m)}'})"
         rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["run_config"]["rounds"] for r in src)
         tpr = _per_round(src, "tflops_total")
         minutes += spr * rounds * runs / 60

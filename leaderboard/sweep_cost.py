@@ -1,8 +1,9 @@
 """What a sweep's runs still to do would cost: ``fedbench sweep --dry-run`` prints it per run
 and in total, timed as the claims report times a claim's missing runs
 (:func:`~fedbench.leaderboard.claims_cost.timing_source`: measured s/round of the method's
-records at the run's variant, else at other round counts, else at other budgets, else
-another method's), times the run's rounds.
+records at the run's variant, else at other round counts, else at other budgets with the
+same model, else another method's with it; a model no record ran is not estimated), times the
+run's rounds.
 """
 
 from __future__ import annotations
@@ -29,5 +30,5 @@ def run_estimate(spec, task_recs: list[dict]) -> tuple[float | None, str]:
     src, label = timing_source(spec.method, None, _variant(spec), spec.task, task_recs)
     spr = seconds_per_round(src)
     if spr is None:
-        return None, f"{label}, none timed"
+        return None, label if not src else f"{label}, none timed"
     return spr * spec.run.rounds, f"{spec.run.rounds} rounds x {spr:.1f} s/round, {label}"

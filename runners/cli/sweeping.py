@@ -79,7 +79,8 @@ def estimate_todo(todo: list[tuple[str, SweepRun]], timing_records: tuple[str, .
     if limit is not None and len(todo) > limit:
         say(f"... {len(todo) - limit} more runs to do not listed (the first {limit} are; --only selects part)")
     unknown = f", {missing} not estimated" if missing else ""
-    say(f"sweep: {len(todo)} runs to do, est. {cpu_time(total)} in all{unknown} "
+    cost = "none estimated" if todo and missing == len(todo) else f"est. {cpu_time(total)} in all{unknown}"
+    say(f"sweep: {len(todo)} runs to do, {cost} "
         f"(measured s/round of the records under {', '.join(roots.values())})")
 
 

@@ -352,6 +352,27 @@ def test_cost_times_from_records_at_the_claims_fields_before_other_budgets():
     assert "b has 5 of them" in o.cost and "b 0 runs" not in o.cost
 
 
+
+def test_cost_of_a_model_is_timed_only_from_records_of_that_model():
+    """A claim on model "big": A's only records are on "small" (10 s/round), B's on "big" (90 s/round):
+    A's 5 runs are timed from B's big records, not its own small ones: (5 + 3) x 4 x 90 s = 48 CPU-min.
+    With no record of "big" at all the cost is not estimated, and the text names the model."""
+    from fedbench.leaderboard.claims_report import evaluate
+
+    def on(model, r):
+        r["run"]["task_config"] = {**(r["run"].get("task_config") or {}), "model": model}
+        return r
+
+    small = [on("small", _timed_rec("a", "iid", s, 4, 10.0, 0.1)) for s in (0, 1)]
+    big = [on("big", _timed_rec("b", "iid", s, 4, 90.0, 0.1)) for s in (0, 1)]
+    c = Claim("p", "T", "task", "a", "b", "1:1:1", (("rounds", "4"), ("task.model", '"big"')), "g", "iid", "IID",
+              2.0, 1.0, 1, None, "sweep P", "")
+    (o,) = evaluate([c], small + big)
+    assert "est. 48 CPU-min = a 5 runs x 4 rounds x 90.0 s/round (no record of a: b's 2 records" in o.cost
+    (o,) = evaluate([c], small)
+    assert o.cost == "sweep P; cost not estimated (no record of task with task.model=big to time it)"
+
+
 def spec_has(spec, where: tuple) -> bool:
     """A sweep run's spec has every (field, canonical JSON value) of a claim's ``where`` (a bare
     name is a run field), compared as ``fedbench sweep --only`` compares (lists too); a method

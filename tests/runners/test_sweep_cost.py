@@ -27,3 +27,21 @@ def test_dry_run_costs_each_run_from_the_measured_records(tmp_path, capsys):
                                   in ln for ln in todo)
     assert lines[-1].startswith(f"sweep: 2 runs to do, est. {cpu_time(2 * 2 * spr)} in all")
     assert lines[-1].endswith(f"(measured s/round of the records under {out}, leaderboard/records)")
+
+
+def test_dry_run_does_not_time_a_model_from_another_models_records(tmp_path, capsys):
+    """The first run used tiny_text's default model (width 48); a run of a wider one (width 96) is
+    not timed from it: its cost is 'not estimated', naming the field no record has."""
+    out = tmp_path / "r"
+    preset = tmp_path / "p.yaml"
+    base = {"task": "tiny_text", "methods": ["fedavg"], "settings": ["iid"], "seeds": [0],
+            "run": {"rounds": 2, "clients": 2, "per_round": 2}, "out": str(out)}
+    preset.write_text(yaml.safe_dump({**base, "task_config": {"n_train": 80, "n_test": 40}}))
+    assert main(["sweep", str(preset), "--no-progress"]) == 0
+    preset.write_text(yaml.safe_dump({**base, "task_config": {"n_train": 80, "n_test": 40, "width": 96}}))
+    capsys.readouterr()
+    assert main(["sweep", str(preset), "--no-progress", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(": to run, ")[1] for ln in lines if ": to run" in ln] == [
+        "cost not estimated (no record of tiny_text with task.width=96 to time it)"]
+    assert lines[-1].startswith("sweep: 1 runs to do, none estimated")
