@@ -23,7 +23,9 @@ arm's fields (the arm gap), each a paired mean with its 95 % CI over the seeds b
 and the change of the gap, arm minus base, paired over the seeds all four cells have (the
 same paired t as every claim, :func:`~fedbench.leaderboard.claims.measure`). A change whose
 CI excludes 0 moves the gap; otherwise the CI half-width is the smallest change the seeds
-could resolve (the ablation's power).
+could resolve (the ablation's power). An arm that A and B share under 2 seeds of is not
+measured yet: its line gives its command and what its runs to :data:`ARM_SEEDS` seeds would
+cost (:func:`~fedbench.leaderboard.claims_cost.runs_cost`, each method at its own fields).
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedbench.leaderboard.claims import Ablation, Claim, Measured, claim_cells, measure
+from fedbench.leaderboard.claims_cost import RunsCost, runs_cost
 from fedbench.leaderboard.groups import Section
 
-__all__ = ["AblationResult", "ablation_line", "measure_ablation"]
+__all__ = ["ARM_SEEDS", "AblationResult", "ablation_line", "measure_ablation"]
+
+#: the seeds an arm not measured yet is costed with (3 per arm: the report states its power)
+ARM_SEEDS = 3
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class AblationResult:
     arm: Measured | None  # A - B with the arm's fields
     change: Measured | None  # (arm gap) - (base gap), paired by seed
     seeds_arm: tuple = ()  # the seeds A and B have with the arm's fields (when too few to measure)
+    cost: RunsCost | None = None  # when too few: what the arm's runs to ARM_SEEDS would cost
 
 
 def _gap(sec: Section, c: Claim, ab: Ablation | None, setting: str) -> dict:
@@ -58,14 +65,17 @@ def _as_measured(gap: dict) -> Measured | None:
     return measure(gap, dict.fromkeys(gap, 0.0)) if len(gap) >= 2 else None
 
 
-def measure_ablation(sec: Section | None, c: Claim, ab: Ablation) -> AblationResult:
-    """The base and arm gaps of claim ``c`` and their change (``c``'s setting is the ablation's)."""
-    if sec is None:
-        return AblationResult(ab, None, None, None)
-    base, arm = _gap(sec, c, None, ab.setting), _gap(sec, c, ab, ab.setting)
+def measure_ablation(sec: Section | None, c: Claim, ab: Ablation, task_recs: list[dict] = ()) -> AblationResult:
+    """The base and arm gaps of claim ``c`` and their change (``c``'s setting is the ablation's);
+    an arm with under 2 seeds gets the cost of its runs to :data:`ARM_SEEDS` from ``task_recs``
+    (the records of the claim's task)."""
+    base, arm = ({}, {}) if sec is None else (_gap(sec, c, None, ab.setting), _gap(sec, c, ab, ab.setting))
     both = sorted(set(base) & set(arm))
     change = measure({s: arm[s] for s in both}, {s: base[s] for s in both}) if len(both) >= 2 else None
-    return AblationResult(ab, _as_measured(base), _as_measured(arm), change, tuple(sorted(arm)))
+    measured = _as_measured(arm)
+    cost = None if measured is not None or not task_recs else runs_cost(
+        c, {m: ab.where(c.where, m) for m in (c.a, c.b)}, ARM_SEEDS, task_recs)
+    return AblationResult(ab, _as_measured(base), measured, change, tuple(sorted(arm)), cost)
 
 
 def _ci(m: Measured) -> str:
@@ -78,7 +88,10 @@ def ablation_line(c: Claim, r: AblationResult) -> str:
     head = f"{ab.factor} ({ab.arm_text()}), {ab.setting}: "
     if r.arm is None:
         run = f"; run: `{ab.run_command()}`" if ab.command else ""
-        return head + f"not measured yet (A and B share {len(r.seeds_arm)} of the arm's seeds, 2 needed{run})"
+        cost = "" if r.cost is None else (
+            f"; cost not estimated ({r.cost.why})" if r.cost.why else
+            f"; {ARM_SEEDS} seeds need {r.cost.runs} runs, est. {r.cost.minutes:.0f} CPU-min" if r.cost.runs else "")
+        return head + f"not measured yet (A and B share {len(r.seeds_arm)} of the arm's seeds, 2 needed{run}{cost})"
     paper = "" if c.paper_diff is None else f"; the paper's A - B {c.paper_diff:+.2f}"
     base = "not measured" if r.base is None else _ci(r.base)
     text = head + f"A - B {base} at the claim's fields, {_ci(r.arm)} with the arm{paper}"

@@ -7,6 +7,7 @@ at another budget (another round count) in the claim's setting and resource grou
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from fedbench.errors import UserError
 from fedbench.leaderboard.claims import Claim, claim_cells, has_fields, measure
@@ -14,7 +15,7 @@ from fedbench.leaderboard.groups import Section, raw_variant, show_value
 from fedbench.leaderboard.render import esc
 from fedbench.leaderboard.table import BUDGET_FIELDS, value_key
 
-__all__ = ["MIN_SEEDS", "budget_line", "estimate", "other_budgets", "seconds_per_round", "timing_source"]
+__all__ = ["MIN_SEEDS", "RunsCost", "budget_line", "estimate", "other_budgets", "runs_cost", "seconds_per_round", "timing_source"]
 
 #: the fewest seeds a run not done here is costed with (the evidence presets' rule)
 MIN_SEEDS = 5
@@ -38,11 +39,11 @@ def _per_round(recs: list[dict], key: str) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def _seeds_recorded(c: Claim, recs: list[dict], method: str) -> set:
-    """The seeds of ``method``'s records in the claim's cell: its setting, resource label and ``where``."""
+def _seeds_recorded(c: Claim, recs: list[dict], method: str, where: tuple) -> set:
+    """The seeds of ``method``'s records in the claim's setting and resource label with ``where``."""
     return {r["run"]["run_config"]["seed"] for r in recs
             if r["run"]["method"] == method and r["run"]["run_config"]["setting"] == c.setting
-            and (r["run"].get("resource_label") or "-") == c.roc and has_fields(r, c.where)}
+            and (r["run"].get("resource_label") or "-") == c.roc and has_fields(r, where)}
 
 
 def timing_source(m: str, other: str | None, where: tuple, task: str,
@@ -80,41 +81,65 @@ def seconds_per_round(recs: list[dict]) -> float | None:
 
 
 def estimate(c: Claim, task_recs: list[dict]) -> str:
-    """The command for the claim's missing runs and their estimated cost. Per method: the runs
-    still missing (the task's seeds, at least :data:`MIN_SEEDS`, less the seeds already recorded
-    in the claim's cell) x rounds (the claim's ``where``, else its records') x measured s/round
-    (``seconds_total`` / rounds of the records :func:`timing_source` picks: its own where it
-    has any, and the text says which); and the training work those runs would do (measured TFLOPs per round,
-    same records), from which a GPU's time follows at its sustained rate. The command is
-    :meth:`Claim.run_command`."""
+    """The command for the claim's missing runs and their estimated cost (:func:`runs_cost` at
+    the claim's fields, the task's seeds, at least :data:`MIN_SEEDS`): per method the runs
+    missing x rounds x measured s/round, and which records timed it; and the training work those
+    runs would do (measured TFLOPs per round, same records), from which a GPU's time follows at
+    its sustained rate. The command is :meth:`Claim.run_command`."""
     if not c.command:
         return "no command: not a run this suite can do"
     cmd = esc(c.run_command())
     if not task_recs:
         return f"{cmd}; cost not estimated (no committed record of {esc(c.task)} to time)"
     seeds = max(MIN_SEEDS, len({r["run"]["run_config"]["seed"] for r in task_recs}))
-    where = c.where_values
-    minutes, tflops, parts, have = 0.0, 0.0, [], ""
+    cost = runs_cost(c, {c.a: c.where, c.b: c.where}, seeds, task_recs)
+    if cost.why:
+        return f"{cmd}; cost not estimated ({cost.why})"
+    have = "".join(f", {esc(m)} has {n} of them" for m, n in cost.done if n)
+    work = "" if cost.tflops is None or not cost.parts else (
+        f"; {cost.tflops:,.0f} TFLOPs of training in all (measured per round; "
+        "a GPU's time = that / its sustained TFLOP/s, not measured here)")
+    return (f"{cmd}; est. {cost.minutes:.0f} CPU-min = {' + '.join(cost.parts) or 'no run missing'} "
+            f"(2 methods x {seeds} seeds{have}){work}")
+
+
+@dataclass(frozen=True)
+class RunsCost:
+    """What the missing runs of a claim's two methods would cost (:func:`runs_cost`)."""
+
+    runs: int  # missing, both methods
+    minutes: float  # CPU-minutes, measured s/round x rounds x runs
+    tflops: float | None  # training work, measured TFLOPs/round x rounds x runs (None: not measured)
+    parts: tuple  # per method with runs missing: "m N runs x R rounds x S s/round (source...)"
+    done: tuple  # ((method, seeds recorded), ...)
+    why: str = ""  # set when not estimated: no record times a method's runs
+
+
+def runs_cost(c: Claim, wheres: dict, seeds: int, task_recs: list[dict]) -> RunsCost:
+    """What the runs of claim ``c``'s methods still missing at their fields (``wheres``:
+    {method: where}) would cost: per method the runs missing (``seeds`` less those recorded
+    there) x rounds (the ``where``'s, else the timing records') x measured s/round
+    (``seconds_total`` / rounds of the records :func:`timing_source` picks: its own where it has
+    any, and ``parts`` says which), and their measured TFLOPs per round."""
+    minutes, tflops, parts, done, runs = 0.0, 0.0, [], [], 0
     for m, other in ((c.a, c.b), (c.b, c.a)):
-        done = len(_seeds_recorded(c, task_recs, m))
-        have += f", {esc(m)} has {done} of them" if done else ""
-        runs = max(0, seeds - done)
-        if not runs:
+        where = dict(wheres[m])
+        done.append((m, len(_seeds_recorded(c, task_recs, m, wheres[m]))))
+        missing = max(0, seeds - done[-1][1])
+        if not missing:
             continue
-        src, label = timing_source(m, other, c.where, c.task, task_recs)
+        src, label = timing_source(m, other, wheres[m], c.task, task_recs)
         spr = seconds_per_round(src)
         if spr is None:
-            return f"{cmd}; cost not estimated ({esc(label) if not src else f'no timed record for {esc(m)}'})"
+            return RunsCost(0, 0.0, None, (), (), esc(label) if not src else f"no timed record for {esc(m)}")
         rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["run_config"]["rounds"] for r in src)
         tpr = _per_round(src, "tflops_total")
-        minutes += spr * rounds * runs / 60
-        tflops = None if tflops is None or tpr is None else tflops + tpr * rounds * runs
-        parts.append(f"{esc(m)} {runs} runs x {rounds} rounds x {spr:.1f} s/round ({esc(label)}"
+        runs += missing
+        minutes += spr * rounds * missing / 60
+        tflops = None if tflops is None or tpr is None else tflops + tpr * rounds * missing
+        parts.append(f"{esc(m)} {missing} runs x {rounds} rounds x {spr:.1f} s/round ({esc(label)}"
                      + ("" if tpr is None else f", {tpr:.2f} TFLOPs/round") + ")")
-    work = "" if tflops is None or not parts else (f"; {tflops:,.0f} TFLOPs of training in all (measured per round; "
-                                                   "a GPU's time = that / its sustained TFLOP/s, not measured here)")
-    return (f"{cmd}; est. {minutes:.0f} CPU-min = {' + '.join(parts) or 'no run missing'} "
-            f"(2 methods x {seeds} seeds{have}){work}")
+    return RunsCost(runs, minutes, tflops, tuple(parts), tuple(done))
 
 
 def other_budgets(c: Claim, sec: Section | None, task_recs: list[dict]) -> str:

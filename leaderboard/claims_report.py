@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fedbench.leaderboard.claims import Claim, Fix, Measured, claim_cells, load_claims, load_fixes, measure
-from fedbench.leaderboard.claims_ablation import ablation_line, measure_ablation
+from fedbench.leaderboard.claims_ablation import ARM_SEEDS, ablation_line, measure_ablation
 from fedbench.leaderboard.claims_cost import MIN_SEEDS, budget_line, estimate, other_budgets
 from fedbench.leaderboard.claims_verdict import (INCONCLUSIVE, NOT_AT_SIZE, NOT_RUN, NOT_TESTABLE, REPRODUCED,
                                                  REVERSED, VERDICTS, verdict)
@@ -104,7 +104,8 @@ def evaluate(claims: Sequence[Claim], records: list[dict], fixes: Sequence[Fix] 
     parts = [_measure_one(c, secs, recs_by_task, fixes) for c in claims]
     for c, p in zip(claims, parts):
         ablations = c.explained_by.ablations if c.explained_by else ()
-        p["ablations"] = tuple(measure_ablation(secs.get(c.task), c, ab) for ab in ablations if ab.setting == c.setting)
+        p["ablations"] = tuple(measure_ablation(secs.get(c.task), c, ab, recs_by_task.get(c.task, []))
+                               for ab in ablations if ab.setting == c.setting)
     tested = [i for i, (c, p) in enumerate(zip(claims, parts))
               if not c.not_testable and p["measured"] is not None and p["measured"].p is not None]
     adjusted = dict(zip(tested, holm([parts[i]["measured"].p for i in tested])))
@@ -219,7 +220,8 @@ def _rules(m: int, n_records: int, outcomes: Sequence[Outcome], versions: str = 
             "measured from the records: the claim's A - B at the claim's fields and with the arm's, each with its "
             "95 % CI, and the change of the gap, arm minus base, paired by seed; a change whose CI excludes 0 "
             "moves the gap (toward the paper's: the share of the way from our gap to the paper's), otherwise the "
-            "CI's half-width is the smallest change those seeds resolve.")
+            "CI's half-width is the smallest change those seeds resolve. An arm with under 2 seeds gives its "
+            f"command and the estimated cost of its runs to {ARM_SEEDS} seeds (timed as below).")
     if any(o.measured is None and o.cost for o in outcomes):
         lines.append(
             "- Estimated cost of the runs not done here, per method: runs missing (seeds, at least "

@@ -82,8 +82,8 @@ def test_an_arm_for_both_methods_that_moves_nothing_states_its_power(tmp_path):
     assert (f"the change +0.00 ± {half:.2f} (paired over seeds 0, 1, 2, p 1): no move resolved "
             f"(these seeds resolve a change beyond ±{half:.2f})") in text
     # 20/1.0 has no records: the arm is listed, not measured
-    assert ("    - more rounds (rounds=150), 20/1.0: not measured yet (A and B share 0 of the arm's seeds, 2 needed)"
-            in text)
+    assert ("    - more rounds (rounds=150), 20/1.0: not measured yet (A and B share 0 of the arm's seeds, 2 needed; "
+            "cost not estimated (no timed record for a))") in text
 
 
 def test_an_arm_with_one_seed_is_not_measured_and_gives_its_command(tmp_path):
@@ -91,7 +91,23 @@ def test_an_arm_with_one_seed_is_not_measured_and_gives_its_command(tmp_path):
     recs.append(rec("b", 0, 0.1, rule="authors"))
     text = report(tmp_path, RULE, recs)
     assert ("iid: not measured yet (A and B share 1 of the arm's seeds, 2 needed; run: "
-            "`fedbench sweep x.yaml --only setting=iid`)") in text
+            "`fedbench sweep x.yaml --only setting=iid`; cost not estimated (no timed record for a))") in text
+
+
+def test_an_arm_not_measured_yet_gives_the_cost_of_its_runs_to_3_seeds(tmp_path):
+    """A (20 s/round) and B (30 s/round) at 50 rounds, seeds 0-2; at 150 rounds only A's seed 0:
+    the arm needs A 2 runs and B 3 runs of 150 rounds, (2 x 20 + 3 x 30) x 150 s = 325 CPU-min,
+    each timed from its own 50-round records (s/round does not depend on rounds)."""
+    def timed(m, s, rounds, spr):
+        r = rec(m, s, 0.5, rounds=rounds, rule="paper" if m == "b" else None)
+        r["run"]["rounds_completed"] = rounds
+        r["cost"]["seconds_total"] = rounds * spr
+        return r
+
+    recs = [timed(m, s, 50, spr) for m, spr in (("a", 20.0), ("b", 30.0)) for s in range(3)]
+    text = report(tmp_path, ROUNDS, recs + [timed("a", 0, 150, 20.0)])
+    assert ("    - more rounds (rounds=150), iid: not measured yet (A and B share 0 of the arm's seeds, 2 needed; "
+            "3 seeds need 5 runs, est. 325 CPU-min)") in text
 
 
 @pytest.mark.parametrize("ablations, problem", [
