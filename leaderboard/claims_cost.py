@@ -15,7 +15,8 @@ from fedbench.leaderboard.groups import Section, raw_variant, show_value
 from fedbench.leaderboard.render import esc
 from fedbench.leaderboard.table import BUDGET_FIELDS, value_key
 
-__all__ = ["MIN_SEEDS", "RunsCost", "budget_line", "estimate", "other_budgets", "runs_cost", "seconds_per_round", "timing_source"]
+__all__ = ["MIN_SEEDS", "RunsCost", "budget_line", "estimate", "other_budgets", "runs_cost", "seconds_per_round",
+           "timing_source"]
 
 #: the fewest seeds a run not done here is costed with (the evidence presets' rule)
 MIN_SEEDS = 5
