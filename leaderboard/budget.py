@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from fedbench.leaderboard.output import file_stem, write_file
+from fedbench.leaderboard.output import file_stem, save_png
 from fedbench.leaderboard.render import esc
 
 __all__ = ["budget_lines", "cumulative", "plot_simtime", "score_within"]
@@ -119,11 +119,5 @@ def plot_simtime(plt, records: Sequence[dict], task: str, out_dir: str | Path) -
         ax.set_ylabel(recs[0]["results"]["metric_name"])
         ax.set_title(f"{task}, {setting}: score against simulated time")
         ax.legend(fontsize=6)
-        fig.tight_layout()
-        path = Path(out_dir) / task / f"{file_stem(setting)}_simtime.png"
-        try:
-            paths.append(write_file(path, lambda fh: fig.savefig(fh, format="png", dpi=110,
-                                                                 metadata={"Software": None}), Path(out_dir)))
-        finally:
-            plt.close(fig)
+        paths.append(save_png(plt, fig, Path(out_dir) / task / f"{file_stem(setting)}_simtime.png", Path(out_dir)))
     return paths

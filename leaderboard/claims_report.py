@@ -30,6 +30,7 @@ from fedbench.leaderboard.flatness import FLAT_GAIN, Flatness, flatness
 from fedbench.leaderboard.generate import written_by
 from fedbench.leaderboard.groups import RowKey, Section, show_value
 from fedbench.leaderboard.output import write_text
+from fedbench.leaderboard.plot_claims import figure_link, gap_rows
 from fedbench.leaderboard.render import Fmt, esc, table
 from fedbench.leaderboard.sections import ok_sections
 from fedbench.leaderboard.table import BUDGET_FIELDS
@@ -241,15 +242,21 @@ def _counts(outcomes: Sequence[Outcome], every: bool) -> str:
     return ", ".join(f"{n[v]} {v}" for v in VERDICTS if every or n[v])
 
 
-def render_claims(papers: Sequence[tuple[str, str, list[Outcome]]], n_records: int, versions: str = "") -> str:
+def render_claims(papers: Sequence[tuple[str, str, list[Outcome]]], n_records: int, versions: str = "",
+                  figures: bool = False) -> str:
     """The report of ``papers`` ((name, title, outcomes), in order); ``versions``: which
-    fedbench versions wrote the records (:func:`~fedbench.leaderboard.generate.written_by`)."""
+    fedbench versions wrote the records (:func:`~fedbench.leaderboard.generate.written_by`);
+    ``figures``: link each paper's figure (:mod:`~fedbench.leaderboard.plot_claims`, drawn
+    next to the report) under its heading."""
     outcomes = [o for _, _, os_ in papers for o in os_]
     m = sum(o.p_holm is not None for o in outcomes)
     lines = ["# Paper claims tested on the committed records", ""] + _rules(m, n_records, outcomes, versions)
     lines += ["", f"{len(outcomes)} claims: {_counts(outcomes, every=True)}."]
     for name, title, os_ in papers:
         lines += ["", f"## {esc(title)}", "", f"`{esc(name)}`: {len(os_)} claims, {_counts(os_, every=False)}."]
+        if figures and gap_rows(os_):
+            lines += ["", "Each measured claim's A - B (a dot with its 95 % CI, coloured by verdict) beside the "
+                      "paper's (x):", "", f"![{esc(name)}: measured A - B against the paper's]({figure_link(name)})"]
         for tbl in dict.fromkeys(o.claim.table for o in os_):
             block = [o for o in os_ if o.claim.table == tbl]
             lines += ["", f"### {esc(tbl)}", "", f"Task `{esc(block[0].claim.task)}`."]
@@ -267,15 +274,19 @@ def render_claims(papers: Sequence[tuple[str, str, list[Outcome]]], n_records: i
     return "\n".join(lines) + "\n"
 
 
-def build_report(claims_dir: str | Path, records: list[dict], papers: Sequence[str]) -> str:
-    """The report of ``papers`` (claim files under ``claims_dir``) on ``records``; Holm over
-    every paper's claims together."""
+def claims_outcomes(claims_dir: str | Path, records: list[dict], papers: Sequence[str]) -> list[tuple]:
+    """[(paper, title, outcomes)] of ``papers`` (claim files under ``claims_dir``) on
+    ``records``, in order; Holm over every paper's claims together."""
     fixes = load_fixes(claims_dir)
     loaded = [(p, *load_claims(claims_dir, p)) for p in papers]
     outcomes = evaluate([c for _, _, cs in loaded for c in cs], records, fixes)
     it = iter(outcomes)
-    grouped = [(p, title, [next(it) for _ in cs]) for p, title, cs in loaded]
-    return render_claims(grouped, len(records), written_by(records))
+    return [(p, title, [next(it) for _ in cs]) for p, title, cs in loaded]
+
+
+def build_report(claims_dir: str | Path, records: list[dict], papers: Sequence[str], figures: bool = False) -> str:
+    """The report of ``papers`` on ``records`` (:func:`claims_outcomes`, :func:`render_claims`)."""
+    return render_claims(claims_outcomes(claims_dir, records, papers), len(records), written_by(records), figures)
 
 
 def write_claims(out: str | Path, text: str) -> Path:

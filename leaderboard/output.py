@@ -14,7 +14,7 @@ from fedbench import outfiles
 from fedbench.errors import UserError
 from fedbench.records import one_line
 
-__all__ = ["file_stem", "remove_file", "write_file", "write_text"]
+__all__ = ["file_stem", "remove_file", "save_png", "write_file", "write_text"]
 
 
 def file_stem(setting: str) -> str:
@@ -31,6 +31,17 @@ def write_file(path: Path, fill: Callable[[BinaryIO], object], root: Path | None
         return outfiles.write_with(path, fill, root)
     except OSError as err:
         raise UserError(f"cannot write {one_line(str(path))}: {err.strerror or err}") from None
+
+
+def save_png(plt, fig, path: Path, root: Path | None = None) -> Path:
+    """Lay out matplotlib figure ``fig``, write it as a PNG through :func:`write_file` (no
+    software stamp, so a redraw of the same data gives the same bytes) and close it."""
+    try:
+        fig.tight_layout()
+        return write_file(path, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight",
+                                                       metadata={"Software": None}), root)
+    finally:
+        plt.close(fig)
 
 
 def write_text(path: Path, text: str, root: Path | None = None) -> Path:

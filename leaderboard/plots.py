@@ -29,7 +29,7 @@ from pathlib import Path
 from fedbench.leaderboard.budget import plot_simtime
 from fedbench.leaderboard.output import file_stem
 from fedbench.leaderboard.groups import Section
-from fedbench.leaderboard.output import remove_file, write_file
+from fedbench.leaderboard.output import remove_file, save_png
 from fedbench.leaderboard.plot_costs import pareto, tiers
 from fedbench.leaderboard.plot_curves import MIN_CURVE_POINTS, curve_points, curves
 from fedbench.leaderboard.plot_style import title
@@ -52,15 +52,6 @@ def pyplot():
     return plt
 
 
-def _save(plt, fig, path: Path, root: Path) -> Path:
-    fig.tight_layout()
-    try:
-        return write_file(path, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight",
-                                                       metadata={"Software": None}), root)
-    finally:
-        plt.close(fig)
-
-
 def plot_section(sec: Section, out_dir: str | Path, multi_metric: bool = False) -> list[Path]:
     """Draw the plots of every setting of one section; returns the written paths. A curves
     plot that is not drawn (too few points) is removed if an older run left one."""
@@ -75,7 +66,7 @@ def plot_section(sec: Section, out_dir: str | Path, multi_metric: bool = False) 
         for kind in figs:  # simtime is drawn per task from the records (plot_records)
             path = folder / f"{stem}_{kind}.png"
             if figs[kind] is not None:
-                paths.append(_save(plt, figs[kind], path, Path(out_dir)))
+                paths.append(save_png(plt, figs[kind], path, Path(out_dir)))
             else:
                 remove_file(path, Path(out_dir))
     return paths

@@ -174,6 +174,8 @@ def site_pages(repo: str | Path) -> tuple[dict[str, str], dict[str, Path]]:
     preamble, sections = claims_sections((board / "claims.md").read_text(encoding="utf-8"))
     for paper, section in sections.items():
         pages[f"{PREFIX}/claims/{paper}.md"] = _claims_page(preamble, section)
+        for link in re.findall(r"\]\(([\w./-]+\.png)\)", section):  # the paper's figure (plot_claims)
+            assets[f"{PREFIX}/claims/{link}"] = board / link
     methods, tests = sorted(METHODS.keys()), method_tests(repo)
     for key in methods:
         pages[f"{PREFIX}/methods/{key}.md"] = _method_page(tests, key, METHODS.entry(key), records)

@@ -49,6 +49,9 @@ def test_results_pages_come_from_the_committed_results():
     assert all(path.is_file() for path in assets.values())
     claims = pages["results/claims/fed_hello.md"]
     assert claims.startswith("# Fed-HeLLo") and "## How the claims are tested" in claims and "FedLoRA" not in claims
+    # the paper's figure (plot_claims), linked from its page and copied beside it
+    assert re.findall(r"!\[[^]]*\]\(([^)]+)\)", claims) == ["claims_gaps/fed_hello.png"]
+    assert assets["results/claims/claims_gaps/fed_hello.png"] == BOARD / "claims_gaps" / "fed_hello.png"
     hello = pages["results/methods/fed_hello_rgd.md"]
     assert "Eq. 7" in hello and "rule version 1" in hello  # the paper's equation, from the module docstring
     assert "`tests/methods/test_fed_hello.py::test_rgd_priors_eq7_bottleneck_hand_count`" in hello

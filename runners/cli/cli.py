@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from fedbench.errors import UserError
@@ -145,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(default: leaderboard/claims)")
     cl.add_argument("--records", default="leaderboard/records", help="records directory "
                     "(default: leaderboard/records)")
-    cl.add_argument("--out", help="markdown file to write (default: print the report)")
+    cl.add_argument("--out", help="markdown file to write, with each paper's figure (measured A - B against the "
+                    "paper's) drawn beside it in claims_gaps/ and linked (default: print the report)")
     return p
 
 
@@ -204,7 +206,8 @@ def cmd_compare(args) -> int:
 
 def cmd_claims(args) -> int:
     from fedbench.leaderboard.claims import paper_names
-    from fedbench.leaderboard.claims_report import build_report, write_claims
+    from fedbench.leaderboard.claims_report import claims_outcomes, render_claims, write_claims
+    from fedbench.leaderboard.generate import written_by
     from fedbench.records import load_records
 
     if args.all == bool(args.papers):
@@ -212,7 +215,18 @@ def cmd_claims(args) -> int:
     papers = paper_names(args.claims) if args.all else args.papers
     if not papers:
         raise UserError(f"no claim files under {args.claims}")
-    text = build_report(args.claims, load_records(args.records), papers)
+    records = load_records(args.records)
+    grouped = claims_outcomes(args.claims, records, papers)
+    figures = False
+    if args.out:  # each paper's figure next to the report, linked from it
+        from fedbench.leaderboard.plot_claims import plot_claims
+
+        try:
+            plot_claims(grouped, Path(args.out).parent)
+            figures = True
+        except ImportError:
+            log.warning("the report's figures are not drawn: matplotlib is missing (pip install 'fedbench-peft[plot]')")
+    text = render_claims(grouped, len(records), written_by(records), figures)
     if args.out:
         print(write_claims(args.out, text))
     else:

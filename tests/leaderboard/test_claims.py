@@ -236,7 +236,7 @@ def test_cli_bad_input_is_one_line(argv, capsys):
 
 @pytest.mark.skipif(not (ROOT / "records").is_dir(), reason="no committed records (not a source checkout)")
 def test_committed_claims_regenerate_from_committed_records():
-    text = build_report(ROOT / "claims", load_records(ROOT / "records"), paper_names(ROOT / "claims"))
+    text = build_report(ROOT / "claims", load_records(ROOT / "records"), paper_names(ROOT / "claims"), figures=True)
     assert REGENERATE in text
     assert (ROOT / "claims.md").read_text() == text, f"leaderboard/claims.md is stale or edited; run `{REGENERATE}`"
 
