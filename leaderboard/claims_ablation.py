@@ -90,7 +90,9 @@ def ablation_line(c: Claim, r: AblationResult) -> str:
         run = f"; run: `{ab.run_command()}`" if ab.command else ""
         cost = "" if r.cost is None else (
             f"; cost not estimated ({r.cost.why})" if r.cost.why else
-            f"; {ARM_SEEDS} seeds need {r.cost.runs} runs, est. {r.cost.minutes:.0f} CPU-min" if r.cost.runs else "")
+            f"; {ARM_SEEDS} seeds need {r.cost.runs} runs, est. {r.cost.minutes:.0f} CPU-min"
+            + (f" (timed from records without {'; '.join(dict.fromkeys(r.cost.unlike))})" if r.cost.unlike else "")
+            if r.cost.runs else "")
         return head + f"not measured yet (A and B share {len(r.seeds_arm)} of the arm's seeds, 2 needed{run}{cost})"
     paper = "" if c.paper_diff is None else f"; the paper's A - B {c.paper_diff:+.2f}"
     base = "not measured" if r.base is None else _ci(r.base)

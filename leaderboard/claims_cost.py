@@ -15,8 +15,8 @@ from fedbench.leaderboard.groups import Section, raw_variant, show_value
 from fedbench.leaderboard.render import esc
 from fedbench.leaderboard.table import BUDGET_FIELDS, value_key
 
-__all__ = ["MIN_SEEDS", "RunsCost", "budget_line", "estimate", "other_budgets", "runs_cost", "seconds_per_round",
-           "timing_source"]
+__all__ = ["MIN_SEEDS", "RunsCost", "Timing", "budget_line", "estimate", "other_budgets", "runs_cost",
+           "seconds_per_round", "timing_source"]
 
 #: the fewest seeds a run not done here is costed with (the evidence presets' rule)
 MIN_SEEDS = 5
@@ -47,33 +47,45 @@ def _seeds_recorded(c: Claim, recs: list[dict], method: str, where: tuple) -> se
             and (r["run"].get("resource_label") or "-") == c.roc and has_fields(r, where)}
 
 
-def timing_source(m: str, other: str | None, where: tuple, task: str,
-                  task_recs: list[dict]) -> tuple[list[dict], str]:
+@dataclass(frozen=True)
+class Timing:
+    """The records that time a run (:func:`timing_source`) and what they are."""
+
+    records: list  # the records whose s/round times the run
+    label: str  # which records, in words
+    unlike: str = ""  # set when none has the run's task config: its fields no record has (``task.model=x``)
+
+
+def timing_source(m: str, other: str | None, where: tuple, task: str, task_recs: list[dict]) -> Timing:
     """The records that time ``m``'s missing runs, and what they are: ``m``'s own (those at
-    ``where``, else at its fields other than rounds, else at its task fields: the model and
-    sequence length, which set the work per step), else ``other``'s (chosen the same way), else
-    any method's with those task fields, else every record of the task where ``where`` names no
-    task field, else none (a model never run here is not timed by another's); the label says
-    which, so a method never run here is not passed off as measured. The
-    claims report and ``fedbench sweep --dry-run``
-    (:func:`~fedbench.leaderboard.sweep_cost.run_estimate`) time runs with it."""
+    ``where``, else at its fields other than rounds, else at its task fields, which set the
+    work per step: the model, the sequence length, the data per client), else ``other``'s
+    (chosen the same way), else any method's with those task fields; only where no record has
+    them, ``m``'s (else ``other``'s, else every record of the task) at another task config,
+    which the label and :attr:`Timing.unlike` name (``none with task.model=mpnet-base``), so
+    neither a method nor a model never run here is passed off as measured. The claims report
+    and ``fedbench sweep --dry-run`` (:func:`~fedbench.leaderboard.sweep_cost.run_estimate`)
+    time runs with it."""
     shape = tuple((k, v) for k, v in where if k != "rounds")  # s/round does not depend on rounds
     tcfg = tuple((k, v) for k, v in where if k.startswith("task."))
-    for who, label in ((m, f"{m}'s"), (other, f"no record of {m}: {other}'s")):
+    methods = ((m, f"{m}'s"), (other, f"no record of {m}: {other}'s"))
+    for who, label in methods:
         own = [r for r in task_recs if r["run"]["method"] == who]
         for fields, at in ((where, ""), (shape, " at other round counts"), (tcfg, " at other budgets")):
             src = [r for r in own if has_fields(r, fields)]
             if src:
-                return src, f"{label} {len(src)} records{at}"
-    if not tcfg:
-        return task_recs, f"no record of {m}: all {len(task_recs)} records of {task}"
+                return Timing(src, f"{label} {len(src)} records{at}")
     same = [r for r in task_recs if has_fields(r, tcfg)]
-    unseen = [(k, v) for k, v in tcfg if not any(has_fields(r, ((k, v),)) for r in task_recs)]
-    named = ", ".join(f"{k}={show_value(v)}" for k, v in unseen or tcfg)
     if same:
-        who = m if other is None else f"{m} or {other}"
-        return same, f"no record of {who} with {named}: all {len(same)} records of {task} with it"
-    return [], f"no record of {task} with {named} to time it"
+        both = m if other is None else f"{m} or {other}"
+        return Timing(same, f"no record of {both} with its task config: all {len(same)} records of {task} with it")
+    unseen = [(k, v) for k, v in tcfg if not any(has_fields(r, ((k, v),)) for r in task_recs)]
+    unlike = ", ".join(f"{k}={show_value(v)}" for k, v in unseen or tcfg)
+    for who, label in methods:
+        own = [r for r in task_recs if r["run"]["method"] == who]
+        if own:
+            return Timing(own, f"{label} {len(own)} records at other budgets, none with {unlike}", unlike)
+    return Timing(task_recs, f"no record of {m}: all {len(task_recs)} records of {task}, none with {unlike}", unlike)
 
 
 def seconds_per_round(recs: list[dict]) -> float | None:
@@ -114,6 +126,7 @@ class RunsCost:
     parts: tuple  # per method with runs missing: "m N runs x R rounds x S s/round (source...)"
     done: tuple  # ((method, seeds recorded), ...)
     why: str = ""  # set when not estimated: no record times a method's runs
+    unlike: tuple = ()  # the task fields no timing record has, where a method was timed at another config
 
 
 def runs_cost(c: Claim, wheres: dict, seeds: int, task_recs: list[dict]) -> RunsCost:
@@ -122,17 +135,19 @@ def runs_cost(c: Claim, wheres: dict, seeds: int, task_recs: list[dict]) -> Runs
     there) x rounds (the ``where``'s, else the timing records') x measured s/round
     (``seconds_total`` / rounds of the records :func:`timing_source` picks: its own where it has
     any, and ``parts`` says which), and their measured TFLOPs per round."""
-    minutes, tflops, parts, done, runs = 0.0, 0.0, [], [], 0
+    minutes, tflops, parts, done, runs, unlike = 0.0, 0.0, [], [], 0, ()
     for m, other in ((c.a, c.b), (c.b, c.a)):
         where = dict(wheres[m])
         done.append((m, len(_seeds_recorded(c, task_recs, m, wheres[m]))))
         missing = max(0, seeds - done[-1][1])
         if not missing:
             continue
-        src, label = timing_source(m, other, wheres[m], c.task, task_recs)
+        timing = timing_source(m, other, wheres[m], c.task, task_recs)
+        src, label = timing.records, timing.label
         spr = seconds_per_round(src)
         if spr is None:
-            return RunsCost(0, 0.0, None, (), (), esc(label) if not src else f"no timed record for {esc(m)}")
+            return RunsCost(0, 0.0, None, (), (), f"no timed record for {esc(m)}")
+        unlike += (timing.unlike,) if timing.unlike else ()
         rounds = int(where["rounds"]) if "rounds" in where else max(r["run"]["run_config"]["rounds"] for r in src)
         tpr = _per_round(src, "tflops_total")
         runs += missing
@@ -140,7 +155,7 @@ def runs_cost(c: Claim, wheres: dict, seeds: int, task_recs: list[dict]) -> Runs
         tflops = None if tflops is None or tpr is None else tflops + tpr * rounds * missing
         parts.append(f"{esc(m)} {missing} runs x {rounds} rounds x {spr:.1f} s/round ({esc(label)}"
                      + ("" if tpr is None else f", {tpr:.2f} TFLOPs/round") + ")")
-    return RunsCost(runs, minutes, tflops, tuple(parts), tuple(done))
+    return RunsCost(runs, minutes, tflops, tuple(parts), tuple(done), unlike=unlike)
 
 
 def other_budgets(c: Claim, sec: Section | None, task_recs: list[dict]) -> str:

@@ -228,8 +228,8 @@ def _rules(m: int, n_records: int, outcomes: Sequence[Outcome], versions: str = 
             "- Estimated cost of the runs not done here, per method: runs missing (seeds, at least "
             f"{MIN_SEEDS}, less those recorded) x rounds (the claim's budget) x measured s/round (seconds_total / "
             "rounds of that method's committed records on the task: at the claim's budget, else at its other "
-            "fields, else at other budgets of the claim's model; a method with no such record is timed from the "
-            "other's and the text says so; a model no record ran is not estimated), on the "
+            "fields, else at other budgets of the claim's task config; a method with no such record is timed from "
+            "the other's, and a task config no record ran from another's, and the text says so), on the "
             "machine that wrote those records; and the training work in TFLOPs (measured per round on the same "
             "records), from which a GPU's time follows at its sustained rate.")
     return lines

@@ -1,9 +1,9 @@
 """What a sweep's runs still to do would cost: ``fedbench sweep --dry-run`` prints it per run
 and in total, timed as the claims report times a claim's missing runs
 (:func:`~fedbench.leaderboard.claims_cost.timing_source`: measured s/round of the method's
-records at the run's variant, else at other round counts, else at other budgets with the
-same model, else another method's with it; a model no record ran is not estimated), times the
-run's rounds.
+records at the run's variant, else at other round counts, else at other budgets of its task
+config, else any method's with it, and only then records of another task config, which the
+line names), times the run's rounds.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ def _variant(spec) -> tuple:
     return tuple(sorted(raw_variant(stub).items()))
 
 
-def run_estimate(spec, task_recs: list[dict]) -> tuple[float | None, str]:
-    """(estimated seconds, what timed it) of the run ``spec`` from ``task_recs`` (records of its
-    task); ``(None, why)`` when no record is timed."""
+def run_estimate(spec, task_recs: list[dict]) -> tuple[float | None, str, bool]:
+    """(estimated seconds, what timed it, timed at another task config) of the run ``spec`` from
+    ``task_recs`` (records of its task); ``(None, why, False)`` when no record is timed."""
     if not task_recs:
-        return None, f"no record of {spec.task} to time"
-    src, label = timing_source(spec.method, None, _variant(spec), spec.task, task_recs)
-    spr = seconds_per_round(src)
+        return None, f"no record of {spec.task} to time", False
+    timing = timing_source(spec.method, None, _variant(spec), spec.task, task_recs)
+    spr = seconds_per_round(timing.records)
     if spr is None:
-        return None, label if not src else f"{label}, none timed"
-    return spr * spec.run.rounds, f"{spec.run.rounds} rounds x {spr:.1f} s/round, {label}"
+        return None, f"{timing.label}, none timed", False
+    return spr * spec.run.rounds, f"{spec.run.rounds} rounds x {spr:.1f} s/round, {timing.label}", bool(timing.unlike)

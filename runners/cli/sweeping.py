@@ -63,12 +63,13 @@ def estimate_todo(todo: list[tuple[str, SweepRun]], timing_records: tuple[str, .
     for root in roots:
         for rec in load_records(root) if root.is_dir() else ():
             by_task.setdefault(rec["run"]["task"], []).append(rec)
-    total, missing, cache = 0.0, 0, {}
+    total, missing, unlike, cache = 0.0, 0, 0, {}
     for i, (label, r) in enumerate(todo):
         key = (r.config or r.spec.run_id, r.spec.run.rounds)
         if key not in cache:
             cache[key] = run_estimate(r.spec, by_task.get(r.spec.task, []))
-        seconds, how = cache[key]
+        seconds, how, other_config = cache[key]
+        unlike += other_config
         if seconds is None:
             missing += 1
         else:
@@ -79,6 +80,7 @@ def estimate_todo(todo: list[tuple[str, SweepRun]], timing_records: tuple[str, .
     if limit is not None and len(todo) > limit:
         say(f"... {len(todo) - limit} more runs to do not listed (the first {limit} are; --only selects part)")
     unknown = f", {missing} not estimated" if missing else ""
+    unknown += f", {unlike} timed from records of another task config" if unlike else ""
     cost = "none estimated" if todo and missing == len(todo) else f"est. {cpu_time(total)} in all{unknown}"
     say(f"sweep: {len(todo)} runs to do, {cost} "
         f"(measured s/round of the records under {', '.join(roots.values())})")

@@ -356,7 +356,8 @@ def test_cost_times_from_records_at_the_claims_fields_before_other_budgets():
 def test_cost_of_a_model_is_timed_only_from_records_of_that_model():
     """A claim on model "big": A's only records are on "small" (10 s/round), B's on "big" (90 s/round):
     A's 5 runs are timed from B's big records, not its own small ones: (5 + 3) x 4 x 90 s = 48 CPU-min.
-    With no record of "big" at all the cost is not estimated, and the text names the model."""
+    With no record of "big" at all, A's small records time both (10 x 4 x 10 s = 7 CPU-min), and the
+    text says that none of them has the claim's model."""
     from fedbench.leaderboard.claims_report import evaluate
 
     def on(model, r):
@@ -370,7 +371,9 @@ def test_cost_of_a_model_is_timed_only_from_records_of_that_model():
     (o,) = evaluate([c], small + big)
     assert "est. 48 CPU-min = a 5 runs x 4 rounds x 90.0 s/round (no record of a: b's 2 records" in o.cost
     (o,) = evaluate([c], small)
-    assert o.cost == "sweep P; cost not estimated (no record of task with task.model=big to time it)"
+    assert o.cost.startswith("sweep P; est. 7 CPU-min = a 5 runs x 4 rounds x 10.0 s/round (a's 2 records at "
+                             "other budgets, none with task.model=big, ")
+    assert "b 5 runs x 4 rounds x 10.0 s/round (no record of b: a's 2 records at other budgets, none with " in o.cost
 
 
 def spec_has(spec, where: tuple) -> bool:

@@ -2,6 +2,7 @@
 measured s/round of the records as the claims report times its missing runs."""
 
 import json
+import re
 
 import yaml
 
@@ -31,7 +32,8 @@ def test_dry_run_costs_each_run_from_the_measured_records(tmp_path, capsys):
 
 def test_dry_run_does_not_time_a_model_from_another_models_records(tmp_path, capsys):
     """The first run used tiny_text's default model (width 48); a run of a wider one (width 96) is
-    not timed from it: its cost is 'not estimated', naming the field no record has."""
+    timed from it only for want of another, and its line and the total say so, naming the field
+    no record has."""
     out = tmp_path / "r"
     preset = tmp_path / "p.yaml"
     base = {"task": "tiny_text", "methods": ["fedavg"], "settings": ["iid"], "seeds": [0],
@@ -42,6 +44,6 @@ def test_dry_run_does_not_time_a_model_from_another_models_records(tmp_path, cap
     capsys.readouterr()
     assert main(["sweep", str(preset), "--no-progress", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [ln.split(": to run, ")[1] for ln in lines if ": to run" in ln] == [
-        "cost not estimated (no record of tiny_text with task.width=96 to time it)"]
-    assert lines[-1].startswith("sweep: 1 runs to do, none estimated")
+    (todo,) = [ln.split(": to run, ")[1] for ln in lines if ": to run" in ln]
+    assert re.search(r"s/round, fedavg's \d+ records at other budgets, none with task.width=96\)$", todo)
+    assert "in all, 1 timed from records of another task config (measured s/round" in lines[-1]
