@@ -124,6 +124,8 @@ def test_built_site_in_a_headless_browser(tmp_path):
             assert page["tables"] >= 2, task
             assert page["images"] and all(i["width"] > 100 for i in page["images"]), (task, page["images"])
         assert found["/results/methods/fed_hello/"]["tables"] >= 2
+        claims = found["/results/claims/fed_hello/"]  # the paper's figure (plot_claims), decoded
+        assert len(claims["images"]) == 1 and claims["images"][0]["width"] > 100, claims["images"]
         broken = []
         links = sorted({link for page in found.values() for link in page["links"] if link.startswith(base)})
         for link in links:
