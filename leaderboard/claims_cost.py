@@ -75,6 +75,8 @@ def timing_source(m: str, other: str | None, where: tuple, task: str, task_recs:
             src = [r for r in own if has_fields(r, fields)]
             if src:
                 return Timing(src, f"{label} {len(src)} records{at}")
+    if not tcfg:
+        return Timing(task_recs, f"no record of {m}: all {len(task_recs)} records of {task}")
     same = [r for r in task_recs if has_fields(r, tcfg)]
     if same:
         both = m if other is None else f"{m} or {other}"

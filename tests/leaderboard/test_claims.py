@@ -336,6 +336,18 @@ def test_cost_of_a_method_never_run_is_timed_from_the_other_and_says_so():
     assert "records of a, b" not in o.cost
 
 
+
+def test_cost_of_two_methods_never_run_is_timed_from_the_tasks_records_and_says_so():
+    """Neither A nor B has a record: both are timed from C's 2 records (30 s/round), named as such:
+    2 x 5 runs x 4 rounds x 30 s = 20 CPU-min."""
+    from fedbench.leaderboard.claims_report import evaluate
+
+    recs = [_timed_rec("c", "iid", s, 4, 30.0, 0.5) for s in (0, 1)]
+    c = Claim("p", "T", "task", "a", "b", "1:1:1", (("rounds", "4"),), "g", "iid", "IID", 2.0, 1.0, 1, None,
+              "sweep P", "")
+    (o,) = evaluate([c], recs)
+    assert "est. 20 CPU-min = a 5 runs x 4 rounds x 30.0 s/round (no record of a: all 2 records of task" in o.cost
+
 def test_cost_times_from_records_at_the_claims_fields_before_other_budgets():
     """A claim at (clients 50, rounds 8): A's records at clients 50 (4 rounds, 40 s/round) time it,
     not its faster clients-10 records (10 s/round), since s/round does not depend on rounds:
