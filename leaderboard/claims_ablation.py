@@ -82,18 +82,27 @@ def _ci(m: Measured) -> str:
     return f"{m.diff:+.2f} ± {m.half:.2f} ({len(m.seeds)} seeds)"
 
 
+def _cost_text(cost: RunsCost | None) -> str:
+    """``; 3 seeds need N runs, est. M CPU-min`` (and which task fields no timing record has), or
+    why it is not estimated; empty without a cost or a run missing."""
+    if cost is None:
+        return ""
+    if cost.why:
+        return f"; cost not estimated ({cost.why})"
+    if not cost.runs:
+        return ""
+    unlike = f" (timed from records without {'; '.join(dict.fromkeys(cost.unlike))})" if cost.unlike else ""
+    return f"; {ARM_SEEDS} seeds need {cost.runs} runs, est. {cost.minutes:.0f} CPU-min{unlike}"
+
+
 def ablation_line(c: Claim, r: AblationResult) -> str:
     """One line: the factor, both gaps, the change and what it says about the paper's gap."""
     ab = r.ablation
     head = f"{ab.factor} ({ab.arm_text()}), {ab.setting}: "
     if r.arm is None:
         run = f"; run: `{ab.run_command()}`" if ab.command else ""
-        cost = "" if r.cost is None else (
-            f"; cost not estimated ({r.cost.why})" if r.cost.why else
-            f"; {ARM_SEEDS} seeds need {r.cost.runs} runs, est. {r.cost.minutes:.0f} CPU-min"
-            + (f" (timed from records without {'; '.join(dict.fromkeys(r.cost.unlike))})" if r.cost.unlike else "")
-            if r.cost.runs else "")
-        return head + f"not measured yet (A and B share {len(r.seeds_arm)} of the arm's seeds, 2 needed{run}{cost})"
+        return head + (f"not measured yet (A and B share {len(r.seeds_arm)} of the arm's seeds, 2 needed{run}"
+                       f"{_cost_text(r.cost)})")
     paper = "" if c.paper_diff is None else f"; the paper's A - B {c.paper_diff:+.2f}"
     base = "not measured" if r.base is None else _ci(r.base)
     text = head + f"A - B {base} at the claim's fields, {_ci(r.arm)} with the arm{paper}"

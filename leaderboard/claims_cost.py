@@ -68,9 +68,9 @@ def timing_source(m: str, other: str | None, where: tuple, task: str, task_recs:
     time runs with it."""
     shape = tuple((k, v) for k, v in where if k != "rounds")  # s/round does not depend on rounds
     tcfg = tuple((k, v) for k, v in where if k.startswith("task."))
-    methods = ((m, f"{m}'s"), (other, f"no record of {m}: {other}'s"))
-    for who, label in methods:
-        own = [r for r in task_recs if r["run"]["method"] == who]
+    methods = [(f"{m}'s", [r for r in task_recs if r["run"]["method"] == m]),
+               (f"no record of {m}: {other}'s", [r for r in task_recs if r["run"]["method"] == other])]
+    for label, own in methods:
         for fields, at in ((where, ""), (shape, " at other round counts"), (tcfg, " at other budgets")):
             src = [r for r in own if has_fields(r, fields)]
             if src:
@@ -83,8 +83,7 @@ def timing_source(m: str, other: str | None, where: tuple, task: str, task_recs:
         return Timing(same, f"no record of {both} with its task config: all {len(same)} records of {task} with it")
     unseen = [(k, v) for k, v in tcfg if not any(has_fields(r, ((k, v),)) for r in task_recs)]
     unlike = ", ".join(f"{k}={show_value(v)}" for k, v in unseen or tcfg)
-    for who, label in methods:
-        own = [r for r in task_recs if r["run"]["method"] == who]
+    for label, own in methods:
         if own:
             return Timing(own, f"{label} {len(own)} records at other budgets, none with {unlike}", unlike)
     return Timing(task_recs, f"no record of {m}: all {len(task_recs)} records of {task}, none with {unlike}", unlike)

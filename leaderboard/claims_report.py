@@ -15,6 +15,7 @@ the pre-fix and cost rules only when the report has such claims.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,10 @@ from fedbench.leaderboard.sections import ok_sections
 from fedbench.leaderboard.table import BUDGET_FIELDS
 from fedbench.version import __version__
 
+log = logging.getLogger(__name__)
+
 __all__ = ["INCONCLUSIVE", "NOT_AT_SIZE", "NOT_RUN", "NOT_TESTABLE", "REGENERATE", "REPRODUCED", "REVERSED",
-           "VERDICTS", "Outcome", "build_report", "evaluate", "render_claims", "verdict", "write_claims"]
+           "VERDICTS", "Outcome", "build_report", "evaluate", "render_claims", "verdict", "write_report"]
 
 #: How the committed report is regenerated (written into its header).
 REGENERATE = "fedbench claims --all --records leaderboard/records --out leaderboard/claims.md"
@@ -289,5 +292,17 @@ def build_report(claims_dir: str | Path, records: list[dict], papers: Sequence[s
     return render_claims(claims_outcomes(claims_dir, records, papers), len(records), written_by(records), figures)
 
 
-def write_claims(out: str | Path, text: str) -> Path:
-    return write_text(Path(out), text)
+def write_report(out: str | Path, claims_dir: str | Path, records: list[dict], papers: Sequence[str]) -> Path:
+    """Write the report of ``papers`` on ``records`` to ``out``, each paper's figure drawn beside
+    it (:func:`~fedbench.leaderboard.plot_claims.plot_claims`, ``claims_gaps/``) and linked;
+    without matplotlib the report has no figures, and a warning says so."""
+    grouped = claims_outcomes(claims_dir, records, papers)
+    try:
+        from fedbench.leaderboard.plot_claims import plot_claims
+
+        plot_claims(grouped, Path(out).parent)
+        figures = True
+    except ImportError:
+        log.warning("the report's figures are not drawn: matplotlib is missing (pip install 'fedbench-peft[plot]')")
+        figures = False
+    return write_text(Path(out), render_claims(grouped, len(records), written_by(records), figures))

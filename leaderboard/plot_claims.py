@@ -50,7 +50,8 @@ def figure_link(paper: str) -> str:
 
 
 def _figure(plt, title: str, rows: Sequence[GapRow]):
-    fig, ax = plt.subplots(figsize=(9.0, 1.4 + 0.32 * len(rows)))
+    height = 1.4 + 0.32 * len(rows)  # inches: the margins, then a line per claim
+    fig, ax = plt.subplots(figsize=(9.0, height))
     ys = list(range(len(rows)))[::-1]  # the first claim on top
     for y, r in zip(ys, rows):
         colour = VERDICT_COLOURS.get(r.verdict, "#7f7f7f")
@@ -66,7 +67,7 @@ def _figure(plt, title: str, rows: Sequence[GapRow]):
     handles = [ax.errorbar([], [], xerr=[], fmt="o", color=VERDICT_COLOURS[v], ms=4, label=f"measured: {v}")
                for v in shown]
     handles.append(ax.plot([], [], "x", color="black", ms=6, mew=1.5, label="the paper's A - B")[0])
-    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.9 / (1.4 + 0.32 * len(rows))),
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.9 / height),
               ncol=len(handles), frameon=False)
     return fig
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from fedbench.errors import UserError
@@ -206,8 +205,7 @@ def cmd_compare(args) -> int:
 
 def cmd_claims(args) -> int:
     from fedbench.leaderboard.claims import paper_names
-    from fedbench.leaderboard.claims_report import claims_outcomes, render_claims, write_claims
-    from fedbench.leaderboard.generate import written_by
+    from fedbench.leaderboard.claims_report import build_report, write_report
     from fedbench.records import load_records
 
     if args.all == bool(args.papers):
@@ -216,21 +214,10 @@ def cmd_claims(args) -> int:
     if not papers:
         raise UserError(f"no claim files under {args.claims}")
     records = load_records(args.records)
-    grouped = claims_outcomes(args.claims, records, papers)
-    figures = False
-    if args.out:  # each paper's figure next to the report, linked from it
-        from fedbench.leaderboard.plot_claims import plot_claims
-
-        try:
-            plot_claims(grouped, Path(args.out).parent)
-            figures = True
-        except ImportError:
-            log.warning("the report's figures are not drawn: matplotlib is missing (pip install 'fedbench-peft[plot]')")
-    text = render_claims(grouped, len(records), written_by(records), figures)
-    if args.out:
-        print(write_claims(args.out, text))
+    if args.out:  # with each paper's figure beside it, linked
+        print(write_report(args.out, args.claims, records, papers))
     else:
-        print(text, end="")
+        print(build_report(args.claims, records, papers), end="")
     return 0
 
 

@@ -36,3 +36,16 @@ def test_claims_out_draws_each_papers_figure_beside_the_report_and_links_it(tmp_
     assert "![fedlora: measured A - B against the paper's](claims_gaps/fedlora.png)" in out.read_text()
     assert main(["claims", "fedlora", "--records", str(ROOT / "records")]) == 0  # printed: no figure, no link
     assert "claims_gaps" not in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not (ROOT / "records" / "fashion_mnist").is_dir(), reason="no committed records")
+def test_without_matplotlib_the_report_is_written_without_figures_and_says_so(tmp_path, monkeypatch, caplog):
+    import sys
+
+    from fedbench.leaderboard.claims_report import write_report
+    from fedbench.records import load_records
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    out = write_report(tmp_path / "claims.md", ROOT / "claims", load_records(ROOT / "records"), ["fedlora"])
+    assert "claims_gaps" not in out.read_text() and not (tmp_path / "claims_gaps").exists()
+    assert any("figures are not drawn: matplotlib is missing" in m for m in caplog.messages)
