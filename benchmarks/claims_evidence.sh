@@ -26,7 +26,10 @@
 # the rate since torch 2.14.1 replaced 2.15.0 on these machines: 0.35-0.37 s per client step for
 # MiniLM-L6 methods with two runs on the two cores (the 11-25 records: 0.20-0.25; the same code at
 # feab966 and now gives bit-identical records at the same rate, so the machine, not the code,
-# changed), about 17 min per 50-round run:
+# changed; nor torch: on 2026-11-29 a bare MiniLM-L6-shaped train step, batch 16 x 32, one thread,
+# took 0.24-0.26 s under torch 2.13.0+cpu, 2.14.1 and 2.15.0 alike, and a plain peft LoRA step
+# (r16 on q,v of every layer, head trained) 0.33 s beside the two sweeps: fedbench's step adds
+# nothing to cut), about 17 min per 50-round run:
 #   fed_hello, flexlora, flora      60 runs  | fedra, fedra_fulldepth   50 runs
 #   straggler, hetlora              40 runs  | the six Fig. 6 ablations 90 runs
 #   = 240 runs x 17 min = 68 core-hours; exclusive 20 runs x ~2.5 min = 0.8; FedLoRA's four
