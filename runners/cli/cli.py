@@ -24,8 +24,6 @@ from typing import Any, Sequence
 from fedbench.errors import UserError
 from fedbench.configs import flag_fields
 
-log = logging.getLogger("fedbench")
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
