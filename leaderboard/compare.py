@@ -11,6 +11,11 @@ Because such a report makes many comparisons at once, each line carries both the
 p-value and the Holm-Bonferroni adjusted one (:func:`holm`, over all lines of the report);
 "significant" in the report means the adjusted p < 0.05.
 
+``--only KEY=V1,V2`` (:func:`select_records`, the grammar of ``fedbench sweep --only``)
+narrows the report to part of the records, e.g. one budget (``--only run.rounds=50``), one
+resource ratio (``--only roc=6:3:1``) or some settings: Holm then corrects over the
+comparisons asked for, and the report stays the same as other records land.
+
 A method may be in both lists: its rows are then compared with its other variants (e.g.
 ``fedavg (lr=0.01)`` against ``fedavg (lr=0.1)``), never with themselves; where that leaves
 nothing to compare, the report is a one-line :class:`~fedbench.errors.UserError`.
@@ -18,16 +23,19 @@ nothing to compare, the report is a one-line :class:`~fedbench.errors.UserError`
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Sequence
 
 from fedbench.errors import UserError
+from fedbench.leaderboard.groups import raw_variant
 from fedbench.leaderboard.render import Fmt, esc, table
 from fedbench.leaderboard.sections import ok_sections
 from fedbench.leaderboard.stats import mean, paired_t_test, two_sided_p
 from fedbench.leaderboard.table import cohort
+from fedbench.only import keep, shown
 
-__all__ = ["Comparison", "compare", "holm", "render_comparisons"]
+__all__ = ["Comparison", "compare", "holm", "render_comparisons", "select_records"]
 
 ALPHA = 0.05
 
@@ -74,6 +82,31 @@ def holm(pvalues: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - k) * pvalues[i]))
         out[i] = running
     return out
+
+
+def _record_value(rec: dict, key: str, field: bool) -> str | None:
+    """``rec``'s value of an ``--only`` key: roc is the record's resource label (the report's
+    RoC column); a config field is taken from the record's variant (the fields that tell
+    leaderboard rows apart, :func:`~fedbench.leaderboard.groups.raw_variant`): None for a
+    method field the record's method lacks, an error for a run or task field that is not one."""
+    run = rec["run"]
+    if not field:
+        return run["method"] if key == "method" else (
+            run["resource_label"] if key == "roc" else str(run["run_config"].get(key)))
+    section, _, name = key.partition(".")
+    variant = raw_variant(rec)
+    canon = variant.get(name if section == "run" else key)
+    if canon is None and section != "method":
+        raise UserError(f"--only {key}=...: {key} is not a field that tells leaderboard rows apart "
+                        "(`fedbench list --fields` lists the fields; those of role 'result' do)")
+    return None if canon is None else shown(json.loads(canon))
+
+
+def select_records(records: list[dict], only: Sequence[str] | None) -> list[dict]:
+    """The records matching every ``KEY=V1,V2`` of ``only`` (:mod:`fedbench.only`; roc is the
+    resource label); a ``method.<field>`` filter keeps the records of methods without that
+    field (``--only method.train_head=true`` keeps the baselines that have no head switch)."""
+    return keep(records, only, _record_value, "record", absent_passes=True)
 
 
 def compare(task: str, records: list[dict], methods: Sequence[str], against: Sequence[str]) -> list[Comparison]:

@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--against", nargs="+", required=True, metavar="METHOD", help="methods B to test A against")
     cp.add_argument("--task", required=True, help="task whose records to compare")
     cp.add_argument("--records", default="results", help="records directory (default: results)")
+    cp.add_argument("--only", action="append", metavar="KEY=V1,V2",
+                    help="compare only the records whose method, setting, seed, clients or roc (resource label), or "
+                    "field method.<field> / task.<field> / run.<field> that tells rows apart, is one of the values "
+                    "(repeatable; e.g. --only run.rounds=50 --only roc=6:3:1; a method field leaves the methods "
+                    "without it in); Holm corrects over the comparisons left")
     cl = sub.add_parser("claims", help="test the seed papers' claims (leaderboard/claims/*.yaml) on result records: "
                         "paired difference, 95%% CI, Holm p, verdict (committed report: --all --records "
                         "leaderboard/records --out leaderboard/claims.md)")
@@ -186,16 +191,18 @@ def cmd_export(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from fedbench.leaderboard.compare import compare, render_comparisons
+    from fedbench.leaderboard.compare import compare, render_comparisons, select_records
     from fedbench.records import load_records
 
     records = [r for r in load_records(args.records) if r["run"]["task"] == args.task]
     if not records:
         raise UserError(f"no records of task {args.task!r} under {args.records}")
+    records = select_records(records, args.only)
     methods = {r["run"]["method"] for r in records}
     missing = [m for m in [*args.methods, *args.against] if m not in methods]
     if missing:
-        raise UserError(f"no records of method(s) {', '.join(missing)} for task {args.task!r} under {args.records}")
+        raise UserError(f"no records of method(s) {', '.join(missing)} for task {args.task!r} under {args.records}"
+                        + (" that --only keeps" if args.only else ""))
     found = compare(args.task, records, args.methods, args.against)
     print(render_comparisons(args.task, found, args.methods, args.against), end="")
     return 0

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedbench.infiles import read_yaml
 from fedbench.errors import UserError
+from fedbench.only import keep, shown
 
 if TYPE_CHECKING:
     from fedbench.runners.core.spec import RunSpec
@@ -236,7 +237,7 @@ def check_preset_early(path: str | Path) -> None:
             raise UserError(f"preset {path}: {f'key {key!r}, ' if key else ''}run {_short(r)}: {e}") from None
 
 
-#: ``--only`` keys -> the spec value they select on; besides them, ``method.<field>``,
+#: :data:`fedbench.only.KEYS` -> the spec value each selects on; besides them, ``method.<field>``,
 #: ``task.<field>`` and ``run.<field>`` select on a config field (:func:`_field_value`)
 ONLY_KEYS = {"method": lambda s: s.method, "setting": lambda s: s.run.setting, "seed": lambda s: s.run.seed,
              "clients": lambda s: s.run.clients, "roc": lambda s: s.run.roc}
@@ -245,35 +246,27 @@ _SECTIONS = {"method": lambda s: s.method_config, "task": lambda s: s.task_confi
 
 def _field_value(spec: RunSpec, key: str) -> str | None:
     """The value of config field ``key`` (``method.server_rule``) of ``spec`` as ``--only``
-    compares it (strings bare, others as JSON: ``true``, ``0.5``); None when the run's config
-    has no such field (a method without it is not selected)."""
+    compares it (:func:`fedbench.only.shown`); None when the run's config has no such field
+    (a method without it is not selected)."""
     section, _, name = key.partition(".")
     cfg = _SECTIONS[section](spec)
     if name not in {f.name for f in dataclasses.fields(cfg)}:
         return None
-    value = getattr(cfg, name)
-    return value if isinstance(value, str) else json.dumps(value)
+    return shown(getattr(cfg, name))
+
+
+def _spec_value(run: SweepRun, key: str, field: bool) -> str | None:
+    return _field_value(run.spec, key) if field else str(ONLY_KEYS[key](run.spec))
 
 
 def select(runs: list[SweepRun], only: list[str] | None) -> list[SweepRun]:
-    """The runs matching every ``KEY=V1,V2`` of ``only`` (``--only``; keys: method, setting,
-    seed, clients, roc, and any config field as ``method.<field>``, ``task.<field>`` or
-    ``run.<field>``, e.g. ``method.server_rule=authors_code``), in preset order: part of a
-    preset, with the same run ids as the whole (a later run of the whole preset skips them). A
-    key of neither kind, or a filter that matches no run, is a
+    """The runs matching every ``KEY=V1,V2`` of ``only`` (``--only``, :mod:`fedbench.only`;
+    keys: method, setting, seed, clients, roc, and any config field as ``method.<field>``,
+    ``task.<field>`` or ``run.<field>``, e.g. ``method.server_rule=authors_code``), in preset
+    order: part of a preset, with the same run ids as the whole (a later run of the whole preset
+    skips them). A key of neither kind, or a filter that matches no run, is a
     :class:`~fedbench.errors.UserError`."""
-    for item in only or ():
-        key, sep, values = item.partition("=")
-        field = key.partition(".")[0] in _SECTIONS and "." in key
-        if not sep or not values or not (key in ONLY_KEYS or field):
-            raise UserError(f"--only {item!r}: expected KEY=V1,V2 with KEY one of {', '.join(ONLY_KEYS)}, or a config "
-                            "field as method.<field>, task.<field> or run.<field>")
-        wanted = {v.strip() for v in values.split(",")}
-        runs = [r for r in runs
-                if (_field_value(r.spec, key) if field else str(ONLY_KEYS[key](r.spec))) in wanted]
-        if not runs:
-            raise UserError(f"--only {item!r} (with the filters before it) matches no run of the preset")
-    return runs
+    return keep(runs, only, _spec_value, "run of the preset")
 
 
 def _preset_key(preset: dict, r: dict, message: str) -> str | None:

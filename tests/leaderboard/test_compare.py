@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fedbench.leaderboard.compare import compare, holm, render_comparisons
+from fedbench.errors import UserError
+from fedbench.leaderboard.compare import compare, holm, render_comparisons, select_records
 from fedbench.runners.cli.cli import main
 
 from .test_generate import make
@@ -96,3 +97,53 @@ def test_runs_of_another_budget_are_not_paired():
     out = compare("t", recs, ["fed_hello"], ["exclusive"])
     assert [(c.row_a, c.row_b, c.n) for c in out] == [("fed_hello (rounds=10)", "exclusive", 3)]
     assert out[0].diff == pytest.approx(10.0)  # (0.5 - 0.4) x 100, every seed
+
+
+def test_only_narrows_the_report_and_its_holm_family():
+    pytest.importorskip("scipy")
+    # the two-setting report of test_holm_over_the_whole_report, narrowed to iid: one comparison, p_holm = p
+    recs = []
+    for setting in ("iid", "20/1.0"):
+        recs += _cell("a", [0.60, 0.70, 0.80], setting=setting) + _cell("b", [0.50, 0.55, 0.62], setting=setting)
+    (c,) = compare("t", select_records(recs, ["setting=iid"]), ["a"], ["b"])
+    assert c.setting == "iid" and c.p_holm == c.p == pytest.approx(0.0255, abs=1e-4) and c.significant
+    assert len(select_records(recs, ["setting=iid,20/1.0", "seed=0,2"])) == 8  # 2 settings x 2 methods x 2 seeds
+
+
+def test_only_roc_is_the_resource_label():
+    recs = _cell("a", [0.6, 0.7]) + _cell("a", [0.1, 0.2], label="1:1:1")
+    assert {r["run"]["resource_label"] for r in select_records(recs, ["roc=1:1:1"])} == {"1:1:1"}
+    with pytest.raises(UserError, match=r"--only 'roc=2:1' \(with the filters before it\) matches no record"):
+        select_records(recs, ["roc=2:1"])
+
+
+def test_only_a_method_field_leaves_methods_without_it_in():
+    # fed_hello has train_head; exclusive has none, so --only method.train_head=true keeps it
+    frozen = _cell("fed_hello", [0.4, 0.5])
+    for r in frozen:
+        r["run"]["method_config"]["train_head"] = False
+    recs = _cell("fed_hello", [0.6, 0.7]) + frozen + _cell("exclusive", [0.3, 0.4])
+    kept = select_records(recs, ["method.train_head=true"])
+    assert [(r["run"]["method"], r["results"]["final"]) for r in kept] == [
+        ("fed_hello", 0.6), ("fed_hello", 0.7), ("exclusive", 0.3), ("exclusive", 0.4)]
+    assert [r["results"]["final"] for r in select_records(recs, ["run.rounds=1", "method=fed_hello"])] == [
+        0.6, 0.7, 0.4, 0.5]  # a run field, as JSON (rounds 1)
+
+
+def test_only_refuses_what_does_not_tell_rows_apart():
+    recs = _cell("a", [0.6, 0.7])
+    with pytest.raises(UserError, match="run.device is not a field that tells leaderboard rows apart"):
+        select_records(recs, ["run.device=cpu"])
+    with pytest.raises(UserError, match="expected KEY=V1,V2 with KEY one of method, setting, seed, clients, roc"):
+        select_records(recs, ["lr=0.1"])
+
+
+def test_cli_compare_only(capsys):
+    args = ["compare", "fed_hello", "--against", "fedra", "--task", "tiny_text", "--records", str(RECORDS)]
+    assert main([*args, "--only", "setting=iid", "--only", "roc=6:3:1"]) == 0
+    assert capsys.readouterr().out.startswith("# fed_hello against fedra on tiny_text")
+    # the fixtures' fedra has seed 0 only: filtered to seed 1, nothing of it is left to compare
+    assert main([*args, "--only", "seed=1"]) == 2
+    assert "no records of method(s) fedra for task 'tiny_text'" in capsys.readouterr().err
+    assert main([*args, "--only", "setting=nope"]) == 2
+    assert "--only 'setting=nope' (with the filters before it) matches no record" in capsys.readouterr().err

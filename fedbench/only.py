@@ -1,0 +1,59 @@
+"""``--only KEY=V1,V2``: the one filter grammar of ``fedbench sweep`` (a preset's runs) and
+``fedbench compare`` (records).
+
+A filter keeps the items whose value of ``KEY`` is one of the comma-separated values; ``KEY``
+is one of :data:`KEYS` (method, setting, seed, clients, roc) or a config field written
+``method.<field>``, ``task.<field>`` or ``run.<field>``. Values compare as text: strings bare,
+anything else as JSON (``true``, ``0.5``, ``50``), so ``--only method.train_head=true`` and
+``--only run.rounds=50`` read as they are typed. Several filters all apply, in order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from fedbench.errors import UserError
+
+__all__ = ["KEYS", "SECTIONS", "keep", "parse", "shown"]
+
+#: the keys that are not config fields
+KEYS = ("method", "setting", "seed", "clients", "roc")
+#: the config sections a field key may name (``method.server_rule``)
+SECTIONS = ("method", "task", "run")
+
+T = TypeVar("T")
+
+
+def parse(item: str) -> tuple[str, set[str], bool]:
+    """``(key, wanted values, is a config field)`` of one ``KEY=V1,V2``; a
+    :class:`~fedbench.errors.UserError` naming the grammar if it is not one."""
+    key, sep, values = item.partition("=")
+    field = "." in key and key.partition(".")[0] in SECTIONS and bool(key.partition(".")[2])
+    if not sep or not values or not (key in KEYS or field):
+        raise UserError(f"--only {item!r}: expected KEY=V1,V2 with KEY one of {', '.join(KEYS)}, or a config "
+                        "field as method.<field>, task.<field> or run.<field>")
+    return key, {v.strip() for v in values.split(",")}, field
+
+
+def shown(value: Any) -> str:
+    """A value as a filter compares it: strings bare, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def keep(items: Sequence[T], only: Sequence[str] | None, value: Callable[[T, str, bool], str | None],
+         what: str, *, absent_passes: bool = False) -> list[T]:
+    """The ``items`` matching every filter of ``only``, in order. ``value(item, key, is_field)``
+    is the item's value of ``key`` as :func:`shown` writes it, or None where the item has no
+    such field: such an item is dropped, or kept with ``absent_passes`` (a ``method.<field>``
+    filter then leaves alone the methods that have no such field). A filter that leaves nothing
+    is a :class:`~fedbench.errors.UserError` saying so, ``what`` naming the items."""
+    kept = list(items)
+    for item in only or ():
+        key, wanted, field = parse(item)
+        kept = [x for x in kept
+                if (v := value(x, key, field)) in wanted or (absent_passes and v is None)]
+        if not kept:
+            raise UserError(f"--only {item!r} (with the filters before it) matches no {what}")
+    return kept
