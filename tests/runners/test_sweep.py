@@ -155,9 +155,9 @@ def test_only_a_config_field_picks_an_arm_of_method_variants(tmp_path):
 def test_only_keys_are_the_shared_grammars():
     """``sweep --only`` and ``compare --only`` parse one grammar (:mod:`fedbench.only`); the
     sweep maps each of its keys to a run spec's value."""
-    from fedbench.only import KEYS, parse
-    from fedbench.runners.core.sweep import ONLY_KEYS
+    from fedbench.only import KEYS, SECTIONS, parse
+    from fedbench.runners.core.sweep import _SECTIONS, ONLY_KEYS
 
-    assert tuple(ONLY_KEYS) == KEYS
+    assert tuple(ONLY_KEYS) == KEYS and tuple(_SECTIONS) == SECTIONS
     assert parse("method.server_rule=authors_code, paper") == ("method.server_rule", {"authors_code", "paper"}, True)
     assert parse("seed=0,1") == ("seed", {"0", "1"}, False)
