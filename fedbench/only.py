@@ -5,7 +5,9 @@ A filter keeps the items whose value of ``KEY`` is one of the comma-separated va
 is one of :data:`KEYS` (method, setting, seed, clients, roc) or a config field written
 ``method.<field>``, ``task.<field>`` or ``run.<field>``. Values compare as text: strings bare,
 anything else as JSON (``true``, ``0.5``, ``50``), so ``--only method.train_head=true`` and
-``--only run.rounds=50`` read as they are typed. Several filters all apply, in order.
+``--only run.rounds=50`` read as they are typed. A list value is written in brackets, its commas
+inside them (``--only run.tier_fractions=[0.16,0.33,1.0],[0.5,0.75,1.0]``: two values), spaces
+optional. Several filters all apply, in order.
 """
 
 from __future__ import annotations
@@ -34,7 +36,35 @@ def parse(item: str) -> tuple[str, set[str], bool]:
     if not sep or not values or not (key in KEYS or field):
         raise UserError(f"--only {item!r}: expected KEY=V1,V2 with KEY one of {', '.join(KEYS)}, or a config "
                         "field as method.<field>, task.<field> or run.<field>")
-    return key, {v.strip() for v in values.split(",")}, field
+    wanted = set()
+    for v in _split(values, item):
+        wanted |= {v, _normal(v)}
+    return key, wanted, field
+
+
+def _split(values: str, item: str) -> list[str]:
+    """``values`` split at the commas outside brackets; unbalanced brackets are a grammar error."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(values):
+        depth += (c in "[{") - (c in "]}")
+        if depth < 0:
+            break
+        if c == "," and depth == 0:
+            parts.append(values[start:i])
+            start = i + 1
+    if depth != 0:
+        raise UserError(f"--only {item!r}: unbalanced brackets (a list value is written [V1,V2])")
+    return [p.strip() for p in parts + [values[start:]]]
+
+
+def _normal(v: str) -> str:
+    """A typed value as :func:`shown` writes it (``[0.5,1]`` -> ``[0.5, 1]``), or ``v`` itself
+    where it is no JSON (``iid``, ``6:3:1``): the typed form is kept beside it, so a string
+    that happens to read as JSON still matches as typed."""
+    try:
+        return shown(json.loads(v))
+    except ValueError:
+        return v
 
 
 def shown(value: Any) -> str:
@@ -52,8 +82,11 @@ def keep(items: Sequence[T], only: Sequence[str] | None, value: Callable[[T, str
     kept = list(items)
     for item in only or ():
         key, wanted, field = parse(item)
-        kept = [x for x in kept
-                if (v := value(x, key, field)) in wanted or (absent_passes and v is None)]
+        values = [value(x, key, field) for x in kept]
+        before, kept = kept, [x for x, v in zip(kept, values) if v in wanted or (absent_passes and v is None)]
         if not kept:
-            raise UserError(f"--only {item!r} (with the filters before it) matches no {what}")
+            have = sorted({v for v in values if v is not None})
+            listed = "; ".join(have[:8]) + ("; ..." if len(have) > 8 else "")
+            raise UserError(f"--only {item!r} (with the filters before it) matches no {what}"
+                            + (f" (the {len(before)} left have {key} {listed})" if have else ""))
     return kept

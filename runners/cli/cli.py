@@ -100,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--only", action="append", metavar="KEY=V1,V2",
                     help="run only the preset's runs whose method, setting, seed, clients or roc, or config field "
                     "method.<field> / task.<field> / run.<field>, is one of the values (repeatable; e.g. --only "
-                    "method=fed_hello,straggler --only setting=iid --only method.server_rule=authors_code); same run "
-                    "ids as the whole preset")
+                    "method=fed_hello,straggler --only setting=iid --only method.server_rule=authors_code; a list "
+                    "value in brackets: --only run.tier_fractions=[0.5,0.75,1.0]); same run ids as the whole preset")
     sw.add_argument("--workers", type=int, help="run up to N runs at once as Ray tasks on a local Ray instance "
                     "(needs the [ray] extra; default: one after another in this process)")
     sw.add_argument("--address", help="join the Ray cluster at ADDR (e.g. 10.0.0.1:6379, or auto) instead of "
@@ -138,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="compare only the records whose method, setting, seed, clients or roc (resource label), or "
                     "field method.<field> / task.<field> / run.<field> that tells rows apart, is one of the values "
                     "(repeatable; e.g. --only run.rounds=50 --only roc=6:3:1; a method field leaves the methods "
-                    "without it in); Holm corrects over the comparisons left")
+                    "without it in; a list value in brackets: --only run.tier_fractions=[0.5,0.75,1.0]); Holm corrects "
+                    "over the comparisons left")
     cl = sub.add_parser("claims", help="test the seed papers' claims (leaderboard/claims/*.yaml) on result records: "
                         "paired difference, 95%% CI, Holm p, verdict (committed report: --all --records "
                         "leaderboard/records --out leaderboard/claims.md)")

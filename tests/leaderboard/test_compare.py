@@ -147,3 +147,13 @@ def test_cli_compare_only(capsys):
     assert "no records of method(s) fedra for task 'tiny_text'" in capsys.readouterr().err
     assert main([*args, "--only", "setting=nope"]) == 2
     assert "--only 'setting=nope' (with the filters before it) matches no record" in capsys.readouterr().err
+
+
+def test_only_a_list_valued_field_in_brackets():
+    # the tier-budget ablation's records differ from the claims' by run.tier_fractions, a list
+    tight = _cell("fed_hello", [0.4, 0.5])
+    for r in tight:
+        r["run"]["run_config"]["tier_fractions"] = [0.16, 0.33, 1.0]
+    recs = _cell("fed_hello", [0.6, 0.7]) + tight
+    kept = select_records(recs, ["run.tier_fractions=[0.16,0.33,1.0]"])
+    assert [r["results"]["final"] for r in kept] == [0.4, 0.5]

@@ -161,3 +161,23 @@ def test_only_keys_are_the_shared_grammars():
     assert tuple(ONLY_KEYS) == KEYS and tuple(_SECTIONS) == SECTIONS
     assert parse("method.server_rule=authors_code, paper") == ("method.server_rule", {"authors_code", "paper"}, True)
     assert parse("seed=0,1") == ("seed", {"0", "1"}, False)
+
+
+def test_only_a_list_valued_field_is_written_in_brackets(tmp_path):
+    """``run.tier_fractions`` is a list: ``--only run.tier_fractions=[0.5,1.0]`` keeps the resources
+    entry that has it; the bare commas split it into values no run has, and the error lists the real ones."""
+    import yaml
+
+    from fedbench.runners.core.sweep import load_sweep, select
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["fedra"], "settings": ["iid"], "seeds": [0],
+                                      "run": {"rounds": 1, "clients": 6, "per_round": 2},
+                                      "resources": [{"tier_fractions": [0.5, 1.0]}, {"tier_fractions": [0.25, 1.0]}],
+                                      "task_config": {"n_train": 80, "n_test": 40}, "out": str(tmp_path / "r")}))
+    runs = load_sweep(preset)
+    (one,) = select(runs, ["run.tier_fractions=[0.25, 1.0]"])
+    assert list(one.spec.run.tier_fractions) == [0.25, 1.0]
+    assert len(select(runs, ["run.tier_fractions=[0.5,1.0],[0.25,1.0]"])) == 2
+    with pytest.raises(UserError, match=r"the 2 left have run.tier_fractions \[0.25, 1.0\]; \[0.5, 1.0\]"):
+        select(runs, ["run.tier_fractions=0.25,1.0"])
