@@ -63,7 +63,7 @@ def _normal(v: str) -> str:
     that happens to read as JSON still matches as typed."""
     try:
         return shown(json.loads(v))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON; or nested past the parser's depth
         return v
 
 
@@ -83,10 +83,10 @@ def keep(items: Sequence[T], only: Sequence[str] | None, value: Callable[[T, str
     for item in only or ():
         key, wanted, field = parse(item)
         values = [value(x, key, field) for x in kept]
-        before, kept = kept, [x for x, v in zip(kept, values) if v in wanted or (absent_passes and v is None)]
+        kept = [x for x, v in zip(kept, values) if v in wanted or (absent_passes and v is None)]
         if not kept:
             have = sorted({v for v in values if v is not None})
             listed = "; ".join(have[:8]) + ("; ..." if len(have) > 8 else "")
             raise UserError(f"--only {item!r} (with the filters before it) matches no {what}"
-                            + (f" (the {len(before)} left have {key} {listed})" if have else ""))
+                            + (f" (the {len(values)} left have {key} {listed})" if have else ""))
     return kept

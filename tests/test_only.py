@@ -49,3 +49,8 @@ def test_a_filter_that_keeps_nothing_names_the_values_there_are():
     with pytest.raises(UserError, match=r"--only 'seed=5' \(with the filters before it\) matches no item "
                                         r"\(the 1 left have seed 1\)"):
         keep(ITEMS, ["seed=1", "seed=5"], _value, "item")
+
+
+def test_a_value_nested_past_the_json_parser_is_kept_as_typed():
+    deep = "[" * 100_000 + "]" * 100_000
+    assert parse(f"run.x={deep}")[1] == {deep}
