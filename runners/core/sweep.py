@@ -173,7 +173,7 @@ def load_sweep(path: str | Path, out: str | None = None,
         specs.append(spec)
     if say is not None and len(runs) >= SAY_CHECKING_FROM:
         say(f"fedbench: {len(runs)} runs checked ({len(built)} distinct configurations, each validated once)")
-    return [SweepRun(spec, label, config_key(r)) for spec, label, r in zip(specs, run_labels(runs), runs)]
+    return [SweepRun(spec, label, config_key(r)) for spec, label, r in zip(specs, run_labels(runs, specs), runs)]
 
 
 def config_key(r: dict) -> str:
@@ -244,15 +244,23 @@ ONLY_KEYS = {"method": lambda s: s.method, "setting": lambda s: s.run.setting, "
 _SECTIONS = {"method": lambda s: s.method_config, "task": lambda s: s.task_config, "run": lambda s: s.run}
 
 
-def _field_value(spec: RunSpec, key: str) -> str | None:
-    """The value of config field ``key`` (``method.server_rule``) of ``spec`` as ``--only``
-    compares it (:func:`fedbench.only.shown`); None when the run's config has no such field
-    (a method without it is not selected)."""
+_ABSENT = object()
+
+
+def _config_value(spec: RunSpec, key: str) -> Any:
+    """The value of config field ``key`` (``method.server_rule``) of ``spec``, defaults
+    included; ``_ABSENT`` when the run's config has no such field."""
     section, _, name = key.partition(".")
     cfg = _SECTIONS[section](spec)
-    if name not in {f.name for f in dataclasses.fields(cfg)}:
-        return None
-    return shown(getattr(cfg, name))
+    return getattr(cfg, name) if name in {f.name for f in dataclasses.fields(cfg)} else _ABSENT
+
+
+def _field_value(spec: RunSpec, key: str) -> str | None:
+    """The value of config field ``key`` of ``spec`` as ``--only`` compares it
+    (:func:`fedbench.only.shown`); None when the run's config has no such field (a method
+    without it is not selected)."""
+    v = _config_value(spec, key)
+    return None if v is _ABSENT else shown(v)
 
 
 def _spec_value(run: SweepRun, key: str, field: bool) -> str | None:
@@ -290,25 +298,32 @@ def _preset_key(preset: dict, r: dict, message: str) -> str | None:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, (list, tuple)):
-        return ",".join(map(str, v))
-    return str(v)
+    """A label's value as ``--only`` reads it back: strings bare, the rest compact JSON
+    (``false``, ``[0.16,0.33,1.0]``), so a label's ``key=value`` pastes into ``--only``."""
+    return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
 
 
-def run_labels(runs: list[dict]) -> list[str]:
+def run_labels(runs: list[dict], specs: list[RunSpec] | None = None) -> list[str]:
     """One label per run naming everything that differs between the sweep's runs
     (method, setting, resources, seed, and any run / method / task field), so no two
-    distinct runs look the same in the progress lines."""
+    distinct runs look the same in the progress lines. Each ``key=value`` of a label is an
+    ``--only`` filter that keeps its run (a run field the filter keys lack is ``run.<field>``);
+    with the runs' ``specs``, a field one row sets and another leaves to its default shows the
+    default too (``method_variants: [{}, {train_head: false}]``: ``method.train_head=true``)."""
     flat = []
     for r in runs:
         d = {"method": r["method"]}
-        d.update({k: v for k, v in r["run"].items() if k != "out"})
+        d.update({k if k in ONLY_KEYS else f"run.{k}": v for k, v in r["run"].items() if k != "out"})
         d.update({f"method.{k}": v for k, v in r["method_config"].items()})
         d.update({f"task.{k}": v for k, v in r["task_config"].items()})
         flat.append(d)
     keys: list[str] = []
     for d in flat:
         keys += [k for k in d if k not in keys]
+    for d, spec in zip(flat, specs or ()):
+        for k in keys:
+            if k not in d and k.partition(".")[0] in _SECTIONS and (v := _config_value(spec, k)) is not _ABSENT:
+                d[k] = v
     missing = object()
     differ = [k for k in keys if len({repr(d.get(k, missing)) for d in flat}) > 1]
     order = (["setting"] if "setting" in differ else []) + [k for k in differ if k not in ("method", "setting", "seed")]

@@ -246,8 +246,8 @@ def test_labels_name_everything_that_differs():
                          "method_config": {"fedra": {"lora_r": 4}}})
     labels = run_labels(runs)
     assert len(set(labels)) == len(labels) == 4
-    assert labels[0] == "fedavg lr=0.01"
-    assert labels[3] == "fedra lr=0.1 method.lora_r=4"
+    assert labels[0] == "fedavg run.lr=0.01"
+    assert labels[3] == "fedra run.lr=0.1 method.lora_r=4"
 
 
 @pytest.mark.parametrize("value", ["nan", "0", "-1"])

@@ -181,3 +181,27 @@ def test_only_a_list_valued_field_is_written_in_brackets(tmp_path):
     assert len(select(runs, ["run.tier_fractions=[0.5,1.0],[0.25,1.0]"])) == 2
     with pytest.raises(UserError, match=r"the 2 left have run.tier_fractions \[0.25, 1.0\]; \[0.5, 1.0\]"):
         select(runs, ["run.tier_fractions=0.25,1.0"])
+
+
+def test_a_progress_label_pastes_into_only(tmp_path):
+    """Each ``key=value`` of a run's progress label is an ``--only`` filter that keeps that run:
+    a list in brackets without spaces, a boolean as ``false`` (Python's ``False`` matched
+    nothing), a run field as ``run.<field>``."""
+    import yaml
+
+    from fedbench.runners.core.sweep import load_sweep, select
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text(yaml.safe_dump({"task": "tiny_text", "methods": ["flexlora"], "settings": ["iid"],
+                                      "method_variants": [{}, {"train_head": False}], "seeds": [0],
+                                      "resources": [{"roc": "6:3:1", "tier_fractions": [0.16, 0.33, 1.0]},
+                                                    {"roc": "6:3:1", "tier_fractions": [0.5, 0.75, 1.0]}],
+                                      "run": {"rounds": 1, "clients": 6, "per_round": 2},
+                                      "task_config": {"n_train": 80, "n_test": 40}, "out": str(tmp_path / "r")}))
+    runs = load_sweep(preset)
+    assert sorted(r.label for r in runs) == ["flexlora run.tier_fractions=[0.16,0.33,1.0] method.train_head=false",
+                                             "flexlora run.tier_fractions=[0.16,0.33,1.0] method.train_head=true",
+                                             "flexlora run.tier_fractions=[0.5,0.75,1.0] method.train_head=false",
+                                             "flexlora run.tier_fractions=[0.5,0.75,1.0] method.train_head=true"]
+    for r in runs:
+        assert select(runs, [p for p in r.label.split() if "=" in p]) == [r]
