@@ -67,6 +67,14 @@ def _normal(v: str) -> str:
         return v
 
 
+def _in_order(v: str) -> tuple:
+    """Sort key of shown values: numbers by value (seed 2 before seed 10), then the rest as text."""
+    try:
+        return (0, float(v), v)
+    except ValueError:
+        return (1, 0.0, v)
+
+
 def shown(value: Any) -> str:
     """A value as a filter compares it: strings bare, anything else as JSON."""
     return value if isinstance(value, str) else json.dumps(value)
@@ -85,7 +93,7 @@ def keep(items: Sequence[T], only: Sequence[str] | None, value: Callable[[T, str
         values = [value(x, key, field) for x in kept]
         kept = [x for x, v in zip(kept, values) if v in wanted or (absent_passes and v is None)]
         if not kept:
-            have = sorted({v for v in values if v is not None})
+            have = sorted({v for v in values if v is not None}, key=_in_order)
             listed = "; ".join(have[:8]) + ("; ..." if len(have) > 8 else "")
             raise UserError(f"--only {item!r} (with the filters before it) matches no {what}"
                             + (f" (the {len(values)} left have {key} {listed})" if have else ""))

@@ -49,6 +49,9 @@ def test_a_filter_that_keeps_nothing_names_the_values_there_are():
     with pytest.raises(UserError, match=r"--only 'seed=5' \(with the filters before it\) matches no item "
                                         r"\(the 1 left have seed 1\)"):
         keep(ITEMS, ["seed=1", "seed=5"], _value, "item")
+    # numbers listed by value, not as text ("10" sorts before "2")
+    with pytest.raises(UserError, match=r"the 3 left have seed 2; 9; 10\)"):
+        keep([{"seed": 10}, {"seed": 2}, {"seed": 9}], ["seed=5"], _value, "item")
 
 
 def test_a_value_nested_past_the_json_parser_is_kept_as_typed():
