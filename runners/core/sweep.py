@@ -324,8 +324,7 @@ def run_labels(runs: list[dict], specs: list[RunSpec] | None = None) -> list[str
         for k in keys:
             if k not in d and k.partition(".")[0] in _SECTIONS and (v := _config_value(spec, k)) is not _ABSENT:
                 d[k] = v
-    missing = object()
-    differ = [k for k in keys if len({repr(d.get(k, missing)) for d in flat}) > 1]
+    differ = [k for k in keys if len({repr(d.get(k, _ABSENT)) for d in flat}) > 1]
     order = (["setting"] if "setting" in differ else []) + [k for k in differ if k not in ("method", "setting", "seed")]
     labels = []
     for d in flat:
