@@ -137,7 +137,8 @@ def test_each_ablations_command_selects_its_arm_from_its_preset():
     """The command printed for an ablation not measured yet is a real one: from the named preset
     it selects runs of the claim's methods at the ablation's setting and resource group, and for
     each method it selects, 3 seeds with the arm's fields (a method field only where the method
-    has it, as ``--only`` compares)."""
+    has it, as ``--only`` compares), and besides them only runs of the claim's own cell (the
+    arm's baseline, which a clean records folder needs too)."""
     import shlex
     from pathlib import Path
 
@@ -160,7 +161,10 @@ def test_each_ablations_command_selects_its_arm_from_its_preset():
             assert {r.spec.run.setting for r in runs} == {ab.setting}
             assert {r.spec.run.roc or "-" for r in runs} == {c.roc}
             for m in methods:
-                arm = [r for r in runs if r.spec.method == m and spec_has(r.spec, ab.where(c.where, m))]
+                mine = [r for r in runs if r.spec.method == m]
+                arm = [r for r in mine if spec_has(r.spec, ab.where(c.where, m))]
                 assert sorted(r.spec.run.seed for r in arm) == [0, 1, 2], (ab, m)
+                other = [r for r in mine if r not in arm]
+                assert all(spec_has(r.spec, c.where) for r in other), (ab, m, "selects runs of neither the arm nor the claim's cell")
             checked += 1
     assert checked >= 12
