@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fedbench.infiles import read_yaml
@@ -69,6 +69,7 @@ class Ablation:
     arm: tuple  # ((field, canonical JSON value), ...): replace or extend the group's ``where``
     command: str | None = None  # how to run the arm
     methods: tuple = ()  # the claim's methods the arm applies to (empty: both)
+    against: Ablation | None = None  # the arm whose gap the change is measured from (None: the claim's fields)
 
     def where(self, base: tuple, method: str) -> tuple:
         """The group's ``where`` ``base`` for ``method``: with the arm's fields in place if the
@@ -88,23 +89,34 @@ class Ablation:
 
 
 def _ablations(raw, columns, pair: tuple, where: str) -> tuple[Ablation, ...]:
-    """An entry's ``ablations`` (a list of {factor, settings, arm, methods, command}; its shape
-    checked by the schema), one :class:`Ablation` per setting; ``columns``: the block's settings,
-    which ``settings`` must be; ``pair``: the claim's A and B, which ``methods`` may name."""
-    out = []
+    """An entry's ``ablations`` (a list of {factor, settings, arm, methods, command, against}; its
+    shape checked by the schema), one :class:`Ablation` per setting; ``columns``: the block's
+    settings, which ``settings`` must be; ``pair``: the claim's A and B, which ``methods`` may
+    name; ``against``: another factor of the list (with the entry's settings and no ``against`` of
+    its own) whose arm gap the change is measured from, in place of the claim's fields."""
+    out, wanted = [], []
     for i, a in enumerate(raw or ()):
         w = f"{where} ablation {i + 1}"
-        factor, settings, methods = a["factor"], a["settings"], a.get("methods") or []
-        if not a["arm"] or not factor.strip():
+        factor, settings, methods = " ".join(a["factor"].split()), a["settings"], a.get("methods") or []
+        if not a["arm"] or not factor:
             raise UserError(f"{w}: needs a factor and a non-empty arm (fields: values)")
         if not settings or {str(s) for s in settings} - {str(c) for c in columns}:
             raise UserError(f"{w}: settings must list columns of the block ({', '.join(str(c) for c in columns)}), "
                             f"got {settings!r}")
         if set(methods) - set(pair):
             raise UserError(f"{w}: methods must name the claim's methods ({', '.join(pair)}), got {methods!r}")
-        cmd = a.get("command")
-        out += [Ablation(" ".join(factor.split()), str(s), _fields(a["arm"]),
-                         None if cmd is None else " ".join(cmd.split()), tuple(methods)) for s in settings]
+        cmd, against = a.get("command"), a.get("against")
+        for s in settings:
+            out.append(Ablation(factor, str(s), _fields(a["arm"]), None if cmd is None else " ".join(cmd.split()),
+                                tuple(methods)))
+            wanted.append((w, None if against is None else " ".join(against.split())))
+    arms = {(ab.factor, ab.setting): ab for ab, (_, name) in zip(out, wanted) if name is None}
+    for j, (ab, (w, name)) in enumerate(zip(out, wanted)):
+        if name is not None:
+            if (name, ab.setting) not in arms:
+                raise UserError(f"{w}: against must name another factor of these ablations, with setting "
+                                f"{ab.setting} and no against of its own, got {name!r}")
+            out[j] = replace(ab, against=arms[name, ab.setting])
     return tuple(out)
 
 

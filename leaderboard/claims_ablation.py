@@ -17,9 +17,14 @@ only where the method has that field, as in ``where``)::
             arm: {method.server_rule: authors_code, method.train_head: false}
             methods: [flora]
             command: fedbench sweep benchmarks/flexlora_flora_authors_cpu.yaml --only ...
+          - factor: "the authors' rule on top of the frozen head"
+            settings: [iid]
+            arm: {method.server_rule: authors_code, method.train_head: false}
+            methods: [flora]
+            against: "the frozen head alone"  # another factor of this list
 
-Measured per ablation: the claim's A - B at the group's fields (the base gap), A - B with the
-arm's fields (the arm gap), each a paired mean with its 95 % CI over the seeds both rows have,
+Measured per ablation: the claim's A - B at the group's fields (the base gap; with
+``against``, A - B with that factor's arm instead), A - B with the arm's fields (the arm gap), each a paired mean with its 95 % CI over the seeds both rows have,
 and the change of the gap, arm minus base, paired over the seeds all four cells have (the
 same paired t as every claim, :func:`~fedbench.leaderboard.claims.measure`). A change whose
 CI excludes 0 moves the gap; otherwise the CI half-width is the smallest change the seeds
@@ -45,7 +50,7 @@ ARM_SEEDS = 3
 @dataclass(frozen=True)
 class AblationResult:
     ablation: Ablation
-    base: Measured | None  # A - B at the group's fields
+    base: Measured | None  # A - B at the group's fields (or with the arm of ``ablation.against``)
     arm: Measured | None  # A - B with the arm's fields
     change: Measured | None  # (arm gap) - (base gap), paired by seed
     seeds_arm: tuple = ()  # the seeds A and B have with the arm's fields (when too few to measure)
@@ -66,10 +71,10 @@ def _as_measured(gap: dict) -> Measured | None:
 
 
 def measure_ablation(sec: Section | None, c: Claim, ab: Ablation, task_recs: list[dict] = ()) -> AblationResult:
-    """The base and arm gaps of claim ``c`` and their change (``c``'s setting is the ablation's);
-    an arm with under 2 seeds gets the cost of its runs to :data:`ARM_SEEDS` from ``task_recs``
-    (the records of the claim's task)."""
-    base, arm = ({}, {}) if sec is None else (_gap(sec, c, None, ab.setting), _gap(sec, c, ab, ab.setting))
+    """The base gap of claim ``c`` (at its fields, or with the arm ``ab.against``), the arm gap
+    and their change (``c``'s setting is the ablation's); an arm with under 2 seeds gets the
+    cost of its runs to :data:`ARM_SEEDS` from ``task_recs`` (the records of the claim's task)."""
+    base, arm = ({}, {}) if sec is None else (_gap(sec, c, ab.against, ab.setting), _gap(sec, c, ab, ab.setting))
     both = sorted(set(base) & set(arm))
     change = measure({s: arm[s] for s in both}, {s: base[s] for s in both}) if len(both) >= 2 else None
     measured = _as_measured(arm)
@@ -105,7 +110,8 @@ def ablation_line(c: Claim, r: AblationResult) -> str:
                        f"{_cost_text(r.cost)})")
     paper = "" if c.paper_diff is None else f"; the paper's A - B {c.paper_diff:+.2f}"
     base = "not measured" if r.base is None else _ci(r.base)
-    text = head + f"A - B {base} at the claim's fields, {_ci(r.arm)} with the arm{paper}"
+    ref = "at the claim's fields" if ab.against is None else f"with the arm '{ab.against.factor}'"
+    text = head + f"A - B {base} {ref}, {_ci(r.arm)} with the arm{paper}"
     ch = r.change
     if ch is None:
         return text + "; the change needs 2 seeds that all four cells have"

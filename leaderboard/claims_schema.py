@@ -28,7 +28,7 @@ _GROUP = {"roc": "scalar", "figures": ("map", "str", ["figure"]), "where?": ("ma
           "explained_by?": ("map", "str", {"kind": "str", "text": "str", "measured_by?": "text?",
                                            "ablations?": [{"factor": "str", "settings": ["scalar"],
                                                            "arm": ("map", "str", "any"), "methods?": ["str"],
-                                                           "command?": "text?"}]})}
+                                                           "command?": "text?", "against?": "str"}]})}
 _BLOCK = {"table": "scalar", "task": "str", "method": "str", "columns": ("map", "scalar", "scalar"),
           "groups": [_GROUP], "claim?": "text?", "not_testable?": "text?", "command?": "text?",
           "figure_note?": "str"}

@@ -71,6 +71,33 @@ def test_an_arm_for_one_method_measures_the_change_of_the_gap(tmp_path):
     assert f"moves the gap toward the paper's, {100 * 29 / 59:.0f} % of the way" in text
 
 
+AGAINST = RULE + """
+              - factor: the authors' rule at 150 rounds
+                settings: [iid]
+                arm: {method.rule: authors, rounds: 150}
+                methods: [b]
+                against: the authors' rule"""
+
+
+def test_an_arm_against_another_arm_measures_the_change_from_that_arms_gap(tmp_path):
+    """B's authors' rule: gaps 30, 27, 33; the same at 150 rounds: B 0.10, 0.20, 0.15, gaps 40,
+    32, 39; the change from the first arm 10, 5, 6: mean 7, sd sqrt((9 + 4 + 1) / 2), 7 / (60 - 30)
+    of the way to the paper's gap from the first arm's."""
+    recs = [rec("a", s, v) for s, v in enumerate((0.50, 0.52, 0.54))]
+    recs += [rec("b", s, v, rule="paper") for s, v in enumerate((0.49, 0.52, 0.52))]
+    recs += [rec("b", s, v, rule="authors") for s, v in enumerate((0.20, 0.25, 0.21))]
+    recs += [rec("b", s, v, rounds=150, rule="authors") for s, v in enumerate((0.10, 0.20, 0.15))]
+    text = report(tmp_path, AGAINST, recs)
+    t = t_quantile_975(2) / math.sqrt(3)
+    assert (f"    - the authors' rule at 150 rounds (method.rule=authors, rounds=150 for b only), iid: A - B "
+            f"+30.00 ± {t * 3.0:.2f} (3 seeds) with the arm 'the authors' rule', +37.00 ± {t * math.sqrt(19):.2f} "
+            f"(3 seeds) with the arm; the paper's A - B +60.00; the change +7.00 ± {t * math.sqrt(7):.2f} "
+            f"(paired over seeds 0, 1, 2, p ") in text
+    assert f"moves the gap toward the paper's, {100 * 7 / 30:.0f} % of the way" in text
+    # the first arm still measures its change from the claim's fields
+    assert "the authors' rule (method.rule=authors for b only), iid: A - B +1.00" in text
+
+
 def test_an_arm_for_both_methods_that_moves_nothing_states_its_power(tmp_path):
     """rounds 150 for A and B: gaps 1, 0, 2 then 2, 0, 1: change 1, 0, -1, mean 0, sd 1."""
     recs = [rec(m, s, v, rounds=r, rule="paper" if m == "b" else None)
@@ -117,6 +144,12 @@ def test_an_arm_not_measured_yet_gives_the_cost_of_its_runs_to_3_seeds(tmp_path)
     (RULE.replace("methods: [b]", "methods: [c]"), r"methods must name the claim's methods \(a, b\)"),
     (RULE.replace("methods: [b]", "methods: b"), r"line 20: .*ablations\[1\].methods: expected a list"),
     ("              []", "a measurement needs ablations"),
+    (AGAINST.replace("against: the authors' rule", "against: more rounds"), "against must name another factor"),
+    (AGAINST.replace("                settings: [iid]\n                arm: {method.rule: authors, rounds",
+                     "                settings: [20/1.0]\n                arm: {method.rule: authors, rounds"),
+     "against must name another factor of these ablations, with setting 20/1.0"),
+    (AGAINST.replace("command: fedbench sweep x.yaml --only setting={setting}",
+                     "against: the authors' rule at 150 rounds"), "ablation 1: against must name another factor"),
 ])
 def test_a_bad_ablation_is_a_one_line_error(tmp_path, ablations, problem):
     (tmp_path / "paper.yaml").write_text(CLAIMS % ablations)
