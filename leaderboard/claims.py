@@ -88,16 +88,22 @@ class Ablation:
         return fields + (f" for {', '.join(self.methods)} only" if self.methods else "")
 
 
-def _ablations(raw, columns, pair: tuple, where: str) -> tuple[Ablation, ...]:
+def _ablations(raw, columns, pair: tuple, roc: str, where: str) -> tuple[Ablation, ...]:
     """An entry's ``ablations`` (a list of {factor, settings, arm, methods, command, against}; its
     shape checked by the schema), one :class:`Ablation` per setting; ``columns``: the block's
     settings, which ``settings`` must be; ``pair``: the claim's A and B, which ``methods`` may
     name; ``against``: another factor of the list (with the entry's settings and no ``against`` of
-    its own) whose arm gap the change is measured from, in place of the claim's fields."""
+    its own) whose arm gap the change is measured from, in place of the claim's fields. In
+    ``methods`` and ``command``, ``{a}``, ``{b}`` and ``{roc}`` are the claim's (as in a block's
+    command), so that one list (a YAML anchor) can serve several methods and groups."""
+    def fill(text: str) -> str:
+        return text.replace("{a}", pair[0]).replace("{b}", pair[1]).replace("{roc}", roc)
+
     out, wanted = [], []
     for i, a in enumerate(raw or ()):
         w = f"{where} ablation {i + 1}"
-        factor, settings, methods = " ".join(a["factor"].split()), a["settings"], a.get("methods") or []
+        factor, settings = " ".join(a["factor"].split()), a["settings"]
+        methods = [fill(m) for m in a.get("methods") or []]
         if not a["arm"] or not factor:
             raise UserError(f"{w}: needs a factor and a non-empty arm (fields: values)")
         if not settings or {str(s) for s in settings} - {str(c) for c in columns}:
@@ -105,7 +111,7 @@ def _ablations(raw, columns, pair: tuple, where: str) -> tuple[Ablation, ...]:
                             f"got {settings!r}")
         if set(methods) - set(pair):
             raise UserError(f"{w}: methods must name the claim's methods ({', '.join(pair)}), got {methods!r}")
-        cmd, against = a.get("command"), a.get("against")
+        cmd, against = a.get("command") and fill(a["command"]), a.get("against")
         for s in settings:
             out.append(Ablation(factor, str(s), _fields(a["arm"]), None if cmd is None else " ".join(cmd.split()),
                                 tuple(methods)))
@@ -227,7 +233,8 @@ def _explanations(group: dict, figures: dict, method: str, columns, where: str) 
             raise UserError(f"{w}: kind must be one of {', '.join(EXPLANATION_KINDS)}, got {kind!r}")
         if not isinstance(text, str) or not text.strip():
             raise UserError(f"{w}: text must be a non-empty string")
-        src, ablations = e.get("measured_by"), _ablations(e.get("ablations"), columns, (method, b), w)
+        src = e.get("measured_by")
+        ablations = _ablations(e.get("ablations"), columns, (method, b), str(group["roc"]), w)
         if kind == "measurement" and not ablations:
             raise UserError(f"{w}: a measurement needs ablations (the arms whose records measure it)")
         out[b] = Explanation(kind, " ".join(text.split()), None if src is None else " ".join(str(src).split()),

@@ -166,6 +166,15 @@ def test_one_ablation_per_setting(tmp_path):
     assert abl[0].where(claims[0].where, "a") == (("method.rule", '"paper"'), ("rounds", "150"))
 
 
+def test_methods_and_command_take_the_claims_b_and_roc_so_one_anchored_list_serves_several(tmp_path):
+    shared = RULE.replace("methods: [b]", 'methods: ["{b}"]').replace(
+        "--only setting={setting}", "--only method={a},{b} --only roc={roc} --only setting={setting}")
+    (tmp_path / "paper.yaml").write_text(CLAIMS % shared)
+    ab = load_claims(tmp_path, "paper")[1][0].explained_by.ablations[0]
+    assert ab.methods == ("b",)
+    assert ab.run_command() == "fedbench sweep x.yaml --only method=a,b --only roc=6:3:1 --only setting=iid"
+
+
 def test_each_ablations_command_selects_its_arm_from_its_preset():
     """The command printed for an ablation not measured yet is a real one: from the named preset
     it selects runs of the claim's methods at the ablation's setting and resource group, and for
