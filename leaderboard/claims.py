@@ -94,35 +94,37 @@ def _ablations(raw, columns, pair: tuple, roc: str, where: str) -> tuple[Ablatio
     settings, which ``settings`` must be; ``pair``: the claim's A and B, which ``methods`` may
     name; ``against``: another factor of the list (with the entry's settings and no ``against`` of
     its own) whose arm gap the change is measured from, in place of the claim's fields. In
-    ``methods`` and ``command``, ``{a}``, ``{b}`` and ``{roc}`` are the claim's (as in a block's
-    command), so that one list (a YAML anchor) can serve several methods and groups."""
-    def fill(text: str) -> str:
-        return text.replace("{a}", pair[0]).replace("{b}", pair[1]).replace("{roc}", roc)
+    ``methods`` and ``command``, ``{a}``, ``{b}`` and ``{roc}`` are the claim's (filled as
+    :meth:`Claim.run_command` fills them; ``{setting}`` stays for :meth:`Ablation.run_command`), so
+    that one list (a YAML anchor) can serve several methods and groups."""
+    def fill(text: str, w: str) -> str:
+        try:
+            return text.format(a=pair[0], b=pair[1], roc=roc, setting="{setting}")
+        except (KeyError, IndexError, ValueError) as e:
+            raise UserError(f"{w}: {text!r} may name only {{a}}, {{b}}, {{roc}}, {{setting}} ({e!r})") from None
 
-    out, wanted = [], []
+    pending = []  # (Ablation, where, the factor it is measured against or None)
     for i, a in enumerate(raw or ()):
         w = f"{where} ablation {i + 1}"
         factor, settings = " ".join(a["factor"].split()), a["settings"]
-        methods = [fill(m) for m in a.get("methods") or []]
+        methods = tuple(fill(m, w) for m in a.get("methods") or ())
         if not a["arm"] or not factor:
             raise UserError(f"{w}: needs a factor and a non-empty arm (fields: values)")
         if not settings or {str(s) for s in settings} - {str(c) for c in columns}:
             raise UserError(f"{w}: settings must list columns of the block ({', '.join(str(c) for c in columns)}), "
                             f"got {settings!r}")
         if set(methods) - set(pair):
-            raise UserError(f"{w}: methods must name the claim's methods ({', '.join(pair)}), got {methods!r}")
-        cmd, against = a.get("command") and fill(a["command"]), a.get("against")
-        for s in settings:
-            out.append(Ablation(factor, str(s), _fields(a["arm"]), None if cmd is None else " ".join(cmd.split()),
-                                tuple(methods)))
-            wanted.append((w, None if against is None else " ".join(against.split())))
-    arms = {(ab.factor, ab.setting): ab for ab, (_, name) in zip(out, wanted) if name is None}
-    for j, (ab, (w, name)) in enumerate(zip(out, wanted)):
-        if name is not None:
-            if (name, ab.setting) not in arms:
-                raise UserError(f"{w}: against must name another factor of these ablations, with setting "
-                                f"{ab.setting} and no against of its own, got {name!r}")
-            out[j] = replace(ab, against=arms[name, ab.setting])
+            raise UserError(f"{w}: methods must name the claim's methods ({', '.join(pair)}), got {list(methods)!r}")
+        cmd = None if a.get("command") is None else " ".join(fill(a["command"], w).split())
+        against = None if a.get("against") is None else " ".join(a["against"].split())
+        pending += [(Ablation(factor, str(s), _fields(a["arm"]), cmd, methods), w, against) for s in settings]
+    arms = {(ab.factor, ab.setting): ab for ab, _, against in pending if against is None}
+    out = []
+    for ab, w, against in pending:
+        if against is not None and (against, ab.setting) not in arms:
+            raise UserError(f"{w}: against must name another factor of these ablations, with setting "
+                            f"{ab.setting} and no against of its own, got {against!r}")
+        out.append(ab if against is None else replace(ab, against=arms[against, ab.setting]))
     return tuple(out)
 
 

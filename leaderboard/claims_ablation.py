@@ -21,16 +21,17 @@ only where the method has that field, as in ``where``)::
             settings: [iid]
             arm: {method.server_rule: authors_code, method.train_head: false}
             methods: [flora]
-            against: "the frozen head alone"  # another factor of this list
+            against: "the frozen head alone"  # another factor of this list (not shown)
 
 Measured per ablation: the claim's A - B at the group's fields (the base gap; with
-``against``, A - B with that factor's arm instead), A - B with the arm's fields (the arm gap), each a paired mean with its 95 % CI over the seeds both rows have,
-and the change of the gap, arm minus base, paired over the seeds all four cells have (the
-same paired t as every claim, :func:`~fedbench.leaderboard.claims.measure`). A change whose
-CI excludes 0 moves the gap; otherwise the CI half-width is the smallest change the seeds
-could resolve (the ablation's power). An arm that A and B share under 2 seeds of is not
-measured yet: its line gives its command and what its runs to :data:`ARM_SEEDS` seeds would
-cost (:func:`~fedbench.leaderboard.claims_cost.runs_cost`, each method at its own fields).
+``against``, A - B with that factor's arm instead), A - B with the arm's fields (the arm gap),
+each a paired mean with its 95 % CI over the seeds both rows have, and the change of the gap,
+arm minus base, paired over the seeds all four cells have (the same paired t as every claim,
+:func:`~fedbench.leaderboard.claims.measure`). A change whose CI excludes 0 moves the gap;
+otherwise the CI half-width is the smallest change the seeds could resolve (the ablation's
+power). An arm that A and B share under 2 seeds of is not measured yet: its line gives its
+command and what its runs to :data:`ARM_SEEDS` seeds would cost
+(:func:`~fedbench.leaderboard.claims_cost.runs_cost`, each method at its own fields).
 """
 
 from __future__ import annotations

@@ -150,6 +150,8 @@ def test_an_arm_not_measured_yet_gives_the_cost_of_its_runs_to_3_seeds(tmp_path)
      "against must name another factor of these ablations, with setting 20/1.0"),
     (AGAINST.replace("command: fedbench sweep x.yaml --only setting={setting}",
                      "against: the authors' rule at 150 rounds"), "ablation 1: against must name another factor"),
+    (RULE.replace("--only setting={setting}", "--only method={B}"), r"ablation 1: .* may name only \{a\}, \{b\}"),
+    (RULE.replace("methods: [b]", 'methods: ["{c}"]'), r"ablation 1: .* may name only \{a\}, \{b\}"),
 ])
 def test_a_bad_ablation_is_a_one_line_error(tmp_path, ablations, problem):
     (tmp_path / "paper.yaml").write_text(CLAIMS % ablations)
