@@ -67,7 +67,7 @@ class Ablation:
     factor: str  # what the arm changes, in words
     setting: str  # the data setting (a column of the claim's block)
     arm: tuple  # ((field, canonical JSON value), ...): replace or extend the group's ``where``
-    command: str | None = None  # how to run the arm
+    command: str | None = None  # how to run the arm, its placeholders filled for this setting
     methods: tuple = ()  # the claim's methods the arm applies to (empty: both)
     against: Ablation | None = None  # the arm whose gap the change is measured from (None: the claim's fields)
 
@@ -77,10 +77,6 @@ class Ablation:
         if self.methods and method not in self.methods:
             return base
         return tuple(sorted({**dict(base), **dict(self.arm)}.items()))
-
-    def run_command(self) -> str | None:
-        """``command`` with ``{setting}`` filled in (as :meth:`Claim.run_command` fills a claim's)."""
-        return None if self.command is None else self.command.replace("{setting}", self.setting)
 
     def arm_text(self) -> str:
         """``field=value, ...``, and the methods it applies to when not both."""
@@ -94,12 +90,12 @@ def _ablations(raw, columns, pair: tuple, roc: str, where: str) -> tuple[Ablatio
     settings, which ``settings`` must be; ``pair``: the claim's A and B, which ``methods`` may
     name; ``against``: another factor of the list (with the entry's settings and no ``against`` of
     its own) whose arm gap the change is measured from, in place of the claim's fields. In
-    ``methods`` and ``command``, ``{a}``, ``{b}`` and ``{roc}`` are the claim's (filled as
-    :meth:`Claim.run_command` fills them; ``{setting}`` stays for :meth:`Ablation.run_command`), so
-    that one list (a YAML anchor) can serve several methods and groups."""
-    def fill(text: str, w: str) -> str:
+    ``methods`` and ``command``, ``{a}``, ``{b}`` and ``{roc}`` are the claim's and ``{setting}``
+    the arm's (filled as :meth:`Claim.run_command` fills them), so that one list (a YAML anchor)
+    can serve several methods and groups."""
+    def fill(text: str, w: str, setting: str = "") -> str:
         try:
-            return text.format(a=pair[0], b=pair[1], roc=roc, setting="{setting}")
+            return text.format(a=pair[0], b=pair[1], roc=roc, setting=setting)
         except (KeyError, IndexError, ValueError) as e:
             raise UserError(f"{w}: {text!r} may name only {{a}}, {{b}}, {{roc}}, {{setting}} ({e!r})") from None
 
@@ -115,9 +111,10 @@ def _ablations(raw, columns, pair: tuple, roc: str, where: str) -> tuple[Ablatio
                             f"got {settings!r}")
         if set(methods) - set(pair):
             raise UserError(f"{w}: methods must name the claim's methods ({', '.join(pair)}), got {list(methods)!r}")
-        cmd = None if a.get("command") is None else " ".join(fill(a["command"], w).split())
+        cmd = a.get("command")
         against = None if a.get("against") is None else " ".join(a["against"].split())
-        pending += [(Ablation(factor, str(s), _fields(a["arm"]), cmd, methods), w, against) for s in settings]
+        pending += [(Ablation(factor, str(s), _fields(a["arm"]), None if cmd is None else " ".join(fill(cmd, w, str(s)).split()),
+                              methods), w, against) for s in settings]
     arms = {(ab.factor, ab.setting): ab for ab, _, against in pending if against is None}
     out = []
     for ab, w, against in pending:

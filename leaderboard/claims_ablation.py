@@ -106,7 +106,7 @@ def ablation_line(c: Claim, r: AblationResult) -> str:
     ab = r.ablation
     head = f"{ab.factor} ({ab.arm_text()}), {ab.setting}: "
     if r.arm is None:
-        run = f"; run: `{ab.run_command()}`" if ab.command else ""
+        run = f"; run: `{ab.command}`" if ab.command else ""
         return head + (f"not measured yet (A and B share {len(r.seeds_arm)} of the arm's seeds, 2 needed{run}"
                        f"{_cost_text(r.cost)})")
     paper = "" if c.paper_diff is None else f"; the paper's A - B {c.paper_diff:+.2f}"

@@ -169,12 +169,13 @@ def test_one_ablation_per_setting(tmp_path):
 
 
 def test_methods_and_command_take_the_claims_b_and_roc_so_one_anchored_list_serves_several(tmp_path):
-    shared = RULE.replace("methods: [b]", 'methods: ["{b}"]').replace(
+    shared = RULE.replace("methods: [b]", 'methods: ["{b}"]').replace("settings: [iid]", "settings: [iid, 20/1.0]").replace(
         "--only setting={setting}", "--only method={a},{b} --only roc={roc} --only setting={setting}")
     (tmp_path / "paper.yaml").write_text(CLAIMS % shared)
-    ab = load_claims(tmp_path, "paper")[1][0].explained_by.ablations[0]
+    ab, ab2 = load_claims(tmp_path, "paper")[1][0].explained_by.ablations
     assert ab.methods == ("b",)
-    assert ab.run_command() == "fedbench sweep x.yaml --only method=a,b --only roc=6:3:1 --only setting=iid"
+    assert ab.command == "fedbench sweep x.yaml --only method=a,b --only roc=6:3:1 --only setting=iid"
+    assert ab2.command == "fedbench sweep x.yaml --only method=a,b --only roc=6:3:1 --only setting=20/1.0"
 
 
 def test_each_ablations_command_selects_its_arm_from_its_preset():
@@ -195,7 +196,7 @@ def test_each_ablations_command_selects_its_arm_from_its_preset():
         for ab in (c.explained_by.ablations if c.explained_by else ()):
             if ab.setting != c.setting or not ab.command:
                 continue
-            argv = shlex.split(ab.run_command())
+            argv = shlex.split(ab.command)
             assert argv[:2] == ["fedbench", "sweep"], ab.command
             if argv[2] not in presets:
                 presets[argv[2]] = load_sweep(root / argv[2])
