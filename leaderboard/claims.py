@@ -111,10 +111,10 @@ def _ablations(raw, columns, pair: tuple, roc: str, where: str) -> tuple[Ablatio
                             f"got {settings!r}")
         if set(methods) - set(pair):
             raise UserError(f"{w}: methods must name the claim's methods ({', '.join(pair)}), got {list(methods)!r}")
-        cmd = a.get("command")
         against = None if a.get("against") is None else " ".join(a["against"].split())
-        pending += [(Ablation(factor, str(s), _fields(a["arm"]), None if cmd is None else " ".join(fill(cmd, w, str(s)).split()),
-                              methods), w, against) for s in settings]
+        for s in map(str, settings):
+            cmd = None if a.get("command") is None else " ".join(fill(a["command"], w, s).split())
+            pending.append((Ablation(factor, s, _fields(a["arm"]), cmd, methods), w, against))
     arms = {(ab.factor, ab.setting): ab for ab, _, against in pending if against is None}
     out = []
     for ab, w, against in pending:

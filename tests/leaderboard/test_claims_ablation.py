@@ -169,7 +169,7 @@ def test_one_ablation_per_setting(tmp_path):
 
 
 def test_methods_and_command_take_the_claims_b_and_roc_so_one_anchored_list_serves_several(tmp_path):
-    shared = RULE.replace("methods: [b]", 'methods: ["{b}"]').replace("settings: [iid]", "settings: [iid, 20/1.0]").replace(
+    shared = RULE.replace("methods: [b]", 'methods: ["{b}"]').replace("[iid]", "[iid, 20/1.0]").replace(
         "--only setting={setting}", "--only method={a},{b} --only roc={roc} --only setting={setting}")
     (tmp_path / "paper.yaml").write_text(CLAIMS % shared)
     ab, ab2 = load_claims(tmp_path, "paper")[1][0].explained_by.ablations
