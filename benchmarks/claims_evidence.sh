@@ -35,6 +35,11 @@
 #   = 240 runs x 17 min = 68 core-hours; exclusive 20 runs x ~2.5 min = 0.8; FedLoRA's four
 #   baselines 40 runs (7.7 h at the 11-25 rate, ~11.5 h now): about 80 core-hours, 40 h on two
 #   cores; seeds 0-2 of all of it (3/5) about 48 core-hours.
+# Left on 2026-12-01 (the same --dry-run count): 132 runs, 4 of seeds 0-2 (Fig. 6 seed 2 of
+# fed_hello_rgd 10/1.0 and of fed_hello_gd_bottleneck) and 128 of seeds 3-4: 108 MiniLM-L6
+# 50-round runs x 16.8 min (mean seconds_total of the 50 Fig. 6 records of 2026-11-30, range
+# 13.5-24.1) = 30 h, exclusive 8 x ~2.5 min, FedLoRA's baselines 16 runs (~4.6 h at the rate
+# above): about 35 core-hours, 18 h on two cores.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WORKERS=${WORKERS:-1}
