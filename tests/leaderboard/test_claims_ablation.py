@@ -71,6 +71,20 @@ def test_an_arm_for_one_method_measures_the_change_of_the_gap(tmp_path):
     assert f"moves the gap toward the paper's, {100 * 29 / 59:.0f} % of the way" in text
 
 
+def test_the_share_of_the_way_starts_from_the_base_gap_over_the_changes_seeds(tmp_path):
+    """Seeds 3-4 at the claim's fields only (gaps 10, 10): the base gap is 4.6 over 5 seeds, but
+    the change (29, over seeds 0-2) is 29 / (60 - 1) of the way from the base's 1 on those seeds,
+    not 29 / (60 - 4.6); the line says where the share starts."""
+    recs = [rec("a", s, v) for s, v in enumerate((0.50, 0.52, 0.54, 0.50, 0.50))]
+    recs += [rec("b", s, v, rule="paper") for s, v in enumerate((0.49, 0.52, 0.52, 0.40, 0.40))]
+    recs += [rec("b", s, v, rule="authors") for s, v in enumerate((0.20, 0.25, 0.21))]
+    text = report(tmp_path, RULE, recs)
+    assert "iid: A - B +4.60 ± " in text and "(5 seeds) at the claim's fields" in text
+    assert (f"moves the gap toward the paper's, {100 * 29 / (60 - 1):.0f} % of the way (from our gap over those "
+            "seeds, +1.00)") in text
+    assert f"{100 * 29 / (60 - 4.6):.0f} % of the way" not in text
+
+
 AGAINST = RULE + """
               - factor: the authors' rule at 150 rounds
                 settings: [iid]
