@@ -29,8 +29,8 @@ each a paired mean with its 95 % CI over the seeds both rows have, and the chang
 arm minus base, paired over the seeds all four cells have (the same paired t as every claim,
 :func:`~fedbench.leaderboard.claims.measure`). A change whose CI excludes 0 moves the gap, and
 its share of the way to the paper's gap starts from the base gap over the change's own seeds
-(the base may have more seeds than the arm: the share does not mix seed sets); otherwise the CI half-width is the smallest change the seeds could resolve (the ablation's
-power). An arm that A and B share under 2 seeds of is not measured yet: its line gives its
+(the base may have more seeds than the arm: the share does not mix seed sets); otherwise the
+CI half-width is the smallest change the seeds could resolve (the ablation's power). An arm that A and B share under 2 seeds of is not measured yet: its line gives its
 command and what its runs to :data:`ARM_SEEDS` seeds would cost
 (:func:`~fedbench.leaderboard.claims_cost.runs_cost`, each method at its own fields).
 """

@@ -223,8 +223,8 @@ def _rules(m: int, n_records: int, outcomes: Sequence[Outcome], versions: str = 
             "the paper's setting: the arm's fields replace the claim's for both methods, or for the one it names) is "
             "measured from the records: the claim's A - B at the claim's fields and with the arm's, each with its "
             "95 % CI, and the change of the gap, arm minus base, paired by seed; a change whose CI excludes 0 "
-            "moves the gap (toward the paper's: the share of the way from our gap, over the change's seeds, to the paper's), otherwise the "
-            "CI's half-width is the smallest change those seeds resolve. An arm with under 2 seeds gives its "
+            "moves the gap (toward the paper's: the share of the way from our gap, over the change's seeds, to the "
+            "paper's), otherwise the CI's half-width is the smallest change those seeds resolve. An arm with under 2 seeds gives its "
             f"command and the estimated cost of its runs to {ARM_SEEDS} seeds (timed as below).")
     if any(o.measured is None and o.cost for o in outcomes):
         lines.append(
