@@ -30,8 +30,9 @@ arm minus base, paired over the seeds all four cells have (the same paired t as 
 :func:`~fedbench.leaderboard.claims.measure`). A change whose CI excludes 0 moves the gap, and
 its share of the way to the paper's gap starts from the base gap over the change's own seeds
 (the base may have more seeds than the arm: the share does not mix seed sets); otherwise the
-CI half-width is the smallest change the seeds could resolve (the ablation's power). An arm that A and B share under 2 seeds of is not measured yet: its line gives its
-command and what its runs to :data:`ARM_SEEDS` seeds would cost
+CI half-width is the smallest change the seeds could resolve (the ablation's power). An arm
+that A and B share under 2 seeds of is not measured yet: its line gives its command and what
+its runs to :data:`ARM_SEEDS` seeds would cost
 (:func:`~fedbench.leaderboard.claims_cost.runs_cost`, each method at its own fields).
 """
 
@@ -57,7 +58,6 @@ class AblationResult:
     change: Measured | None  # (arm gap) - (base gap), paired by seed
     seeds_arm: tuple = ()  # the seeds A and B have with the arm's fields (when too few to measure)
     cost: RunsCost | None = None  # when too few: what the arm's runs to ARM_SEEDS would cost
-    start: float | None = None  # the base gap's mean over the change's seeds (where the share starts)
 
 
 def _gap(sec: Section, c: Claim, ab: Ablation | None, setting: str) -> dict:
@@ -80,11 +80,10 @@ def measure_ablation(sec: Section | None, c: Claim, ab: Ablation, task_recs: lis
     base, arm = ({}, {}) if sec is None else (_gap(sec, c, ab.against, ab.setting), _gap(sec, c, ab, ab.setting))
     both = sorted(set(base) & set(arm))
     change = measure({s: arm[s] for s in both}, {s: base[s] for s in both}) if len(both) >= 2 else None
-    start = sum(base[s] for s in both) / len(both) if change is not None else None
     measured = _as_measured(arm)
     cost = None if measured is not None or not task_recs else runs_cost(
         c, {m: ab.where(c.where, m) for m in (c.a, c.b)}, ARM_SEEDS, task_recs)
-    return AblationResult(ab, _as_measured(base), measured, change, tuple(sorted(arm)), cost, start)
+    return AblationResult(ab, _as_measured(base), measured, change, tuple(sorted(arm)), cost)
 
 
 def _ci(m: Measured) -> str:
@@ -123,10 +122,11 @@ def ablation_line(c: Claim, r: AblationResult) -> str:
     text += f"; the change {ch.diff:+.2f} ± {ch.half:.2f} (paired over seeds {', '.join(map(str, ch.seeds))}{p})"
     if abs(ch.diff) <= ch.half:
         return text + f": no move resolved (these seeds resolve a change beyond ±{ch.half:.2f})"
-    if c.paper_diff is None or r.base is None or r.start is None:
+    if c.paper_diff is None or r.base is None:
         return text + ": moves the gap"
-    toward = (c.paper_diff - r.start) * ch.diff > 0
-    share = ch.diff / (c.paper_diff - r.start) if c.paper_diff != r.start else 0.0
-    start = "" if len(r.base.seeds) == len(ch.seeds) else f" (from our gap over those seeds, {r.start:+.2f})"
+    # the share starts from the base gap over the change's own seeds (ch.mean_b), not over all of the base's
+    toward = (c.paper_diff - ch.mean_b) * ch.diff > 0
+    share = ch.diff / (c.paper_diff - ch.mean_b) if c.paper_diff != ch.mean_b else 0.0
+    start = "" if r.base.seeds == ch.seeds else f" (from our gap over those seeds, {ch.mean_b:+.2f})"
     return text + (f": moves the gap toward the paper's, {100 * share:.0f} % of the way{start}" if toward
                    else f": moves the gap away from the paper's{start}")

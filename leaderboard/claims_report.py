@@ -224,8 +224,8 @@ def _rules(m: int, n_records: int, outcomes: Sequence[Outcome], versions: str = 
             "measured from the records: the claim's A - B at the claim's fields and with the arm's, each with its "
             "95 % CI, and the change of the gap, arm minus base, paired by seed; a change whose CI excludes 0 "
             "moves the gap (toward the paper's: the share of the way from our gap, over the change's seeds, to the "
-            "paper's), otherwise the CI's half-width is the smallest change those seeds resolve. An arm with under 2 seeds gives its "
-            f"command and the estimated cost of its runs to {ARM_SEEDS} seeds (timed as below).")
+            "paper's), otherwise the CI's half-width is the smallest change those seeds resolve. An arm with under "
+            f"2 seeds gives its command and the estimated cost of its runs to {ARM_SEEDS} seeds (timed as below).")
     if any(o.measured is None and o.cost for o in outcomes):
         lines.append(
             "- Estimated cost of the runs not done here, per method: runs missing (seeds, at least "
