@@ -2,7 +2,8 @@
 min-max band, as small multiples: one row of panels per method family (a family of more than
 :data:`~fedbench.leaderboard.plot_style.MAX_LINES` methods over several rows, so its lines do
 not pile up), one column per group (resource ratio, federation and budget; at most
-:data:`MAX_COLUMNS` side by side, more groups below), each group on the round axis of its
+:data:`MAX_COLUMNS` side by side, more groups in further blocks of rows below, each block
+with only the families that have a run in one of its groups), each group on the round axis of its
 own budget (a 10-round run is not squeezed onto a 50-round axis). A panel draws its methods
 in distinct colours, named in a margin right of the curves (never on a marker), over the
 group's other methods in grey; one legend says what line, band and grey mean."""
@@ -68,7 +69,12 @@ def curves(plt, sec: Section, setting: str, title: str):
     colours, labels = row_colours(sec), style_names(sec.rows)
     ncol = min(len(groups), MAX_COLUMNS)
     blocks = math.ceil(len(groups) / ncol)  # more groups than columns: further blocks of rows below
-    nrow = len(rows_of) * blocks
+    # each block of rows draws only the panels with a run in one of its groups (a family with no
+    # run in any of the block's groups would be a row of empty panels)
+    kept = [[p for p, members in rows_of.items() if any(cohort(rk) in groups[b * ncol:(b + 1) * ncol]
+                                                        for rk in members)] for b in range(blocks)]
+    first = [sum(len(k) for k in kept[:b]) for b in range(blocks)]  # each block's first row
+    nrow = first[-1] + len(kept[-1])
     fig, axes = plt.subplots(nrow, ncol, figsize=(5.6 * ncol + 0.6, 2.9 * nrow + 1.1), sharey=True, squeeze=False)
     ys_all = [v for rk in rows for vs in data[rk].values() for v in vs]
     pad = (max(ys_all) - min(ys_all) or 1) * 0.04
@@ -79,9 +85,9 @@ def curves(plt, sec: Section, setting: str, title: str):
         span = (xs_col[-1] - xs_col[0]) or 1
         ticks = [t for t in MaxNLocator(integer=True).tick_values(xs_col[0], xs_col[-1])
                  if xs_col[0] <= t <= xs_col[-1]]
-        for k, (panel, members) in enumerate(rows_of.items()):
-            i = block * len(rows_of) + k
-            ax = axes[i][j]
+        for k, panel in enumerate(kept[block]):
+            members = rows_of[panel]
+            ax = axes[first[block] + k][j]
             for rk in rows:  # context: the group's other methods
                 if cohort(rk) == group and rk not in members:
                     xs = list(data[rk])
@@ -107,13 +113,13 @@ def curves(plt, sec: Section, setting: str, title: str):
                 ax.set_title(names[group], fontsize=10)
             if j == 0:
                 ax.set_ylabel(f"{panel}\n{sec.metric}" + (" (%)" if fmt.percent else ""), fontsize=9)
-            if k == len(rows_of) - 1:
+            if k == len(kept[block]) - 1:
                 ax.set_xlabel("round")
             else:
                 ax.tick_params(labelbottom=False)
     for g in range(len(groups), blocks * ncol):  # the last block's empty columns
-        for k in range(len(rows_of)):
-            axes[(blocks - 1) * len(rows_of) + k][g % ncol].set_visible(False)
+        for k in range(len(kept[-1])):
+            axes[first[-1] + k][g % ncol].set_visible(False)
     axes[0][0].set_ylim(*ylim)
     _legend(fig)
     fig.suptitle(f"{title}: learning curves, one column per group on its own round axis", fontsize=11, y=1.0,

@@ -117,6 +117,27 @@ def test_curves_put_each_budget_on_its_own_round_axis_and_split_a_crowded_family
     plt.close(fig)
 
 
+def test_curves_draw_in_each_block_only_the_families_with_a_run_in_its_groups():
+    """Four groups (budgets 10-40 rounds), one method each: a block of three columns, then one
+    below. The first block draws layer / depth, rank and Fed-HeLLo (no baseline runs in its
+    groups), the second only the baselines: 4 rows of panels, not 4 families x 2 blocks."""
+    pytest.importorskip("matplotlib")
+    from fedbench.leaderboard.plot_curves import curves
+    from fedbench.leaderboard.plots import pyplot
+
+    plt, sec = pyplot(), _budgets({"fedra": 10, "hetlora": 20, "fed_hello": 30, "straggler": 40})
+    fig = curves(plt, sec, "iid", "t / iid")
+    axes = fig.axes
+    assert len(axes) == (3 + 1) * 3
+    assert [ax.get_ylabel().split("\n")[0] for ax in axes[::3]] == ["layer / depth subsets", "rank heterogeneity",
+                                                                   "Fed-HeLLo", "baselines"]
+    assert [ax.get_title() for ax in axes[:3]] == [f"RoC 6:3:1, rounds={n}" for n in (10, 20, 30)]
+    assert axes[9].get_title() == "RoC 6:3:1, rounds=40" and [t.get_text() for t in axes[9].texts] == ["straggler"]
+    assert not axes[10].get_visible() and not axes[11].get_visible()  # the last block's empty columns
+    assert axes[2].get_xlabel() == "" and axes[8].get_xlabel() == "round"  # the first block's last row
+    plt.close(fig)
+
+
 def test_curves_need_three_points_and_fedbench_plot_links_the_pngs(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     root = tmp_path / "records"
