@@ -94,7 +94,8 @@ def pareto(plt, sec: Section, setting: str, title: str):
     """Quality against the weakest tier's TFLOPs/step, memory and traffic: one row of panels
     per group (resource ratio, federation and budget: only rows of one group are compared),
     each on the quality axis of its own group; a point per method, coloured by family, filled
-    on the group's front, named in a margin right of every point."""
+    on the group's front, named in a margin right of every point; each row titled with its
+    group's name."""
     fmt = Fmt(sec.metric)
     rows = [rk for rk in sec.rows if sec.cells.get((rk, setting))]
     names, labels, fam_colour = cohort_names(rows), style_names(sec.rows), family_colours(rows)
@@ -137,8 +138,9 @@ def pareto(plt, sec: Section, setting: str, title: str):
                 ax.text(0.5, 0.5, "no runs", transform=ax.transAxes, ha="center", color="gray")
             if i == len(groups) - 1:
                 ax.set_xlabel(xlabel)
-            if j == 0:
-                ax.set_ylabel(f"{names[g]}\n{sec.metric}" + (" (%)" if fmt.percent else ""), fontsize=9)
+            if j == 0:  # the group's name over its row, read across (a long name on the y axis ran into the next row)
+                ax.set_title(names[g], loc="left", fontsize=9.5)
+                ax.set_ylabel(sec.metric + (" (%)" if fmt.percent else ""), fontsize=9)
     _pareto_legend(fig, fam_colour, bool(idle))
     fig.suptitle(f"{title}: quality vs the weakest tier's cost, one row per group", fontsize=11, y=1.0, va="bottom")
     return fig

@@ -190,8 +190,9 @@ def test_pareto_axes_name_units_and_memory_source():
     labels = [ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()]
     assert labels == ["weakest-tier TFLOPs/step", "weakest-tier peak memory, MB (accounted)",
                       "weakest-tier traffic per round, MB"]
-    # one row per group, named on its axis; one legend naming the families (the colours) and the marks
-    assert [ax.get_ylabel().split("\n")[0] for ax in fig.axes[::3]] == ["RoC 1:1:1", "RoC 6:3:1"]
+    # one row per group, named over its first panel (read across); one legend naming the families and the marks
+    assert [ax.get_title(loc="left") for ax in fig.axes[::3]] == ["RoC 1:1:1", "RoC 6:3:1"]
+    assert [ax.get_ylabel() for ax in fig.axes[::3]] == ["macro_f1 (%)", "macro_f1 (%)"]
     assert len(fig.legends) == 1
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
     assert texts[:3] == ["layer / depth subsets", "rank heterogeneity", "Fed-HeLLo"]
