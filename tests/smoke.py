@@ -42,6 +42,25 @@ def shared_data(name: str) -> Path:
                 here.parents[2] / "shared" / "data" / name)
 
 
+def preset_here(path: Path, folder: Path) -> Path:
+    """``path``, or where the folder its ``task_config.data_dir`` names (``../shared/data/...``,
+    relative to the repo root a test runs from) is missing here, a copy of it in ``folder`` that
+    names an empty folder instead. ``data_dir`` is a runtime field (no run id hashes it), so the
+    copy's runs have the preset's run ids: a test of what a preset's runs are (not of their
+    data) runs in a checkout without ``../shared``."""
+    import yaml
+
+    preset = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data_dir = (preset.get("task_config") or {}).get("data_dir")
+    if data_dir is None or Path(data_dir).expanduser().is_dir():
+        return path
+    (folder / "stand-in-data").mkdir(parents=True, exist_ok=True)
+    preset["task_config"]["data_dir"] = str(folder / "stand-in-data")
+    copy = folder / path.name
+    copy.write_text(yaml.safe_dump(preset, sort_keys=False), encoding="utf-8")
+    return copy
+
+
 def one_per_family(cases, fast, *marks) -> list:
     """``cases`` as pytest params: those in ``fast`` plain, the others marked ``slow`` (and
     ``marks``). A check repeated for every method of a family runs on one method per family in

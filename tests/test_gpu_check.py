@@ -82,6 +82,20 @@ def gpucheck(monkeypatch):
     return gpucheck
 
 
+def test_the_slice_finds_its_committed_record_where_shared_data_are_missing(gpucheck, tmp_path, monkeypatch):
+    """A lent GPU without ``../shared`` (the preset's data_dir missing: the slice runs on stand-ins)
+    still finds the committed CPU record of the slice's run: its run id does not hash data_dir."""
+    import gpucheck.slice as sl
+
+    (tmp_path / "repo").mkdir()
+    monkeypatch.chdir(tmp_path / "repo")  # ../shared/data/licenses does not resolve from here
+    row = sl.preset_run()
+    assert not Path(row["task_config"]["data_dir"]).is_dir()
+    rec, where = sl.committed_record(row)
+    assert rec is not None, where
+    assert where.startswith("leaderboard/records/ledgar/fed_hello/") and rec["run"]["method"] == "fed_hello"
+
+
 def _record(losses, final, tflops):
     return {"results": {"curve": [{"round": i + 1, "train_loss": x} for i, x in enumerate(losses)], "final": final},
             "cost": {"tflops_per_step": {"mean": tflops}}}

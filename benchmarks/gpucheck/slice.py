@@ -36,12 +36,14 @@ def preset_run() -> dict:
 
 
 def committed_record(row: dict) -> tuple[dict | None, str]:
-    """The committed record of ``row`` (same run id) and its path, or None."""
+    """The committed record of ``row`` (same run id) and its path, or None. The id is built
+    without the preset's ``data_dir`` (a runtime field no run id hashes), which need not exist
+    here: a lent GPU without ``../shared`` runs on stand-ins and still finds the record."""
     from fedbench.records import RecordError, read_record_file
     from fedbench.runners.core.spec import build_spec
 
     spec = build_spec(row["method"], row["task"], {**row["run"], "out": str(COMMITTED)}, row["method_config"],
-                      row["task_config"])
+                      {**row["task_config"], "data_dir": None})
     path = spec.record_path()
     try:
         return read_record_file(path), str(path.relative_to(ROOT))

@@ -403,12 +403,33 @@ def spec_has(spec, where: tuple) -> bool:
     return True
 
 
+def test_a_preset_here_loads_without_shared_data_with_the_presets_run_ids(tmp_path, monkeypatch):
+    """Run from a folder where ``../shared`` does not resolve, the evidence preset is refused (its
+    data_dir is missing) and :func:`smoke.preset_here`'s copy loads, with the run ids the
+    preset's committed records carry."""
+    from smoke import preset_here
+
+    from fedbench.runners.core.sweep import load_sweep
+
+    preset = ROOT.parent / "benchmarks" / "fed_hello_claims_cpu.yaml"
+    (tmp_path / "repo").mkdir()
+    monkeypatch.chdir(tmp_path / "repo")
+    with pytest.raises(UserError, match="no such directory"):
+        load_sweep(preset)
+    runs = load_sweep(preset_here(preset, tmp_path))
+    committed = {r["run"]["run_id"] for r in load_records(ROOT / "records" / "ledgar")}
+    seed0 = [r for r in runs if r.spec.run.seed == 0 and r.spec.method == "fed_hello"]
+    assert len(seed0) >= 6 and all(r.spec.run_id in committed for r in seed0)
+
+
 @pytest.mark.parametrize("paper", ["fed_hello", "fedlora"])
-def test_each_claims_command_selects_its_cell_from_its_preset(paper):
+def test_each_claims_command_selects_its_cell_from_its_preset(paper, tmp_path):
     """The command the report prints for a claim not run yet is a real one: its ``--only``
     filters select from the named preset exactly A and B at the claim's setting, resource group
-    and ``where`` fields, 5 seeds each."""
+    and ``where`` fields, 5 seeds each (with or without ``../shared``: :func:`smoke.preset_here`)."""
     import shlex
+
+    from smoke import preset_here
 
     from fedbench.leaderboard.claims import load_claims
     from fedbench.runners.core.sweep import load_sweep, select
@@ -423,7 +444,7 @@ def test_each_claims_command_selects_its_cell_from_its_preset(paper):
         assert argv[:2] == ["fedbench", "sweep"], c.command
         only = [argv[i + 1] for i, a in enumerate(argv) if a == "--only"]
         if argv[2] not in presets:
-            presets[argv[2]] = load_sweep(repo / argv[2])
+            presets[argv[2]] = load_sweep(preset_here(repo / argv[2], tmp_path))
         runs = select(presets[argv[2]], only)
         assert {r.spec.method for r in runs} == {c.a, c.b}
         assert {r.spec.run.setting for r in runs} == {c.setting}

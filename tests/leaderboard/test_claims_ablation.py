@@ -192,14 +192,17 @@ def test_methods_and_command_take_the_claims_b_and_roc_so_one_anchored_list_serv
     assert ab2.command == "fedbench sweep x.yaml --only method=a,b --only roc=6:3:1 --only setting=20/1.0"
 
 
-def test_each_ablations_command_selects_its_arm_from_its_preset():
+def test_each_ablations_command_selects_its_arm_from_its_preset(tmp_path):
     """The command printed for an ablation not measured yet is a real one: from the named preset
     it selects runs of the claim's methods at the ablation's setting and resource group, and for
     each method it selects, 3 seeds with the arm's fields (a method field only where the method
     has it, as ``--only`` compares), and besides them only runs of the claim's own cell (the
-    arm's baseline, which a clean records folder needs too)."""
+    arm's baseline, which a clean records folder needs too). With or without ``../shared``
+    (:func:`smoke.preset_here`)."""
     import shlex
     from pathlib import Path
+
+    from smoke import preset_here
 
     from fedbench.runners.core.sweep import load_sweep, select
 
@@ -213,7 +216,7 @@ def test_each_ablations_command_selects_its_arm_from_its_preset():
             argv = shlex.split(ab.command)
             assert argv[:2] == ["fedbench", "sweep"], ab.command
             if argv[2] not in presets:
-                presets[argv[2]] = load_sweep(root / argv[2])
+                presets[argv[2]] = load_sweep(preset_here(root / argv[2], tmp_path))
             runs = select(presets[argv[2]], [argv[i + 1] for i, a in enumerate(argv) if a == "--only"])
             methods = {r.spec.method for r in runs}
             assert methods and methods <= {c.a, c.b}, ab

@@ -113,10 +113,13 @@ def test_frozen_head_is_neither_trained_nor_averaged(cls):
     ("straggler_gap_minilm_cpu.yaml", ("fed_hello", "straggler"), 12),  # the 50-round arm
     ("straggler_gap_budgets_cpu.yaml", ("fed_hello", "straggler"), 12),  # the paper's tier budgets
 ])
-def test_measuring_presets_reuse_the_claims_runs(preset, methods, shared):
+def test_measuring_presets_reuse_the_claims_runs(preset, methods, shared, tmp_path):
     """Every arm builds a valid run; the arm at the papers' rules (or 50 rounds) is the claims
-    preset's runs by run id, so the sweep skips what fed_hello_claims_cpu.yaml has done."""
+    preset's runs by run id, so the sweep skips what fed_hello_claims_cpu.yaml has done (with or
+    without ``../shared``: :func:`smoke.preset_here`)."""
     from pathlib import Path
+
+    from smoke import preset_here
 
     from fedbench.runners.core.spec import build_spec
     from fedbench.runners.core.sweep import expand_sweep, load_preset
@@ -125,6 +128,6 @@ def test_measuring_presets_reuse_the_claims_runs(preset, methods, shared):
 
     def ids(name):
         return {build_spec(r["method"], r["task"], r["run"], r["method_config"], r["task_config"]).run_id
-                for r in expand_sweep(load_preset(bench / name)) if r["method"] in methods}
+                for r in expand_sweep(load_preset(preset_here(bench / name, tmp_path))) if r["method"] in methods}
 
     assert len(ids(preset) & ids("fed_hello_claims_cpu.yaml")) == shared
