@@ -50,15 +50,16 @@ def preset_here(path: Path, folder: Path) -> Path:
     data) runs in a checkout without ``../shared``."""
     import yaml
 
-    preset = yaml.safe_load(path.read_text(encoding="utf-8"))
+    from fedbench.outfiles import write_text
+    from fedbench.runners.core.sweep import load_preset
+
+    preset = load_preset(path)
     data_dir = (preset.get("task_config") or {}).get("data_dir")
     if data_dir is None or Path(data_dir).expanduser().is_dir():
         return path
     (folder / "stand-in-data").mkdir(parents=True, exist_ok=True)
     preset["task_config"]["data_dir"] = str(folder / "stand-in-data")
-    copy = folder / path.name
-    copy.write_text(yaml.safe_dump(preset, sort_keys=False), encoding="utf-8")
-    return copy
+    return write_text(folder / path.name, yaml.safe_dump(preset, sort_keys=False))
 
 
 def one_per_family(cases, fast, *marks) -> list:
