@@ -282,14 +282,11 @@ def test_target_section_counts_cost_until_the_first_round_reaching_it():
 
 # ------------------------------------------------------------------ presets
 @pytest.mark.parametrize("preset", ["fedlora_cifar10.yaml", "fedlora_cifar100.yaml", "fedlora_fmnist_cpu.yaml"])
-def test_presets_validate(preset):
+def test_presets_validate(preset, tmp_path):
+    """With or without ``../shared`` (:func:`smoke.preset_here`)."""
+    from smoke import preset_here
+
     from fedbench.runners.core.sweep import load_sweep
 
-    import yaml
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / preset
-    data_dir = (yaml.safe_load(path.read_text()).get("task_config") or {}).get("data_dir")
-    if data_dir and not Path(data_dir).is_dir():
-        pytest.skip(f"{preset}: its data directory {data_dir} is not on this machine")
-    runs = load_sweep(path)
+    runs = load_sweep(preset_here(Path(__file__).resolve().parents[2] / "benchmarks" / preset, tmp_path))
     assert {r.spec.method for r in runs} == set(FAMILY)

@@ -5,7 +5,7 @@ extend (shared records, comparable rows)."""
 from pathlib import Path
 
 import pytest
-import yaml
+from smoke import preset_here
 
 from fedbench.runners.core.sweep import load_sweep
 
@@ -23,11 +23,9 @@ def test_tiny_smoke_tables_list_every_new_method(preset):
     ("licenses_2026_cpu.yaml", "licenses_cpu.yaml", NEW | {"fedavg"}),
     ("pacs_lora_fair_cpu.yaml", "pacs_cpu.yaml", {"fedavg", "lora_fair"}),
 ])
-def test_real_data_presets_extend_their_base(preset, base, methods):
-    data_dir = yaml.safe_load((BENCH / preset).read_text())["task_config"]["data_dir"]
-    if not Path(data_dir).is_dir():
-        pytest.skip(f"{preset}: its data directory {data_dir} is not on this machine")
-    runs = load_sweep(BENCH / preset)
+def test_real_data_presets_extend_their_base(preset, base, methods, tmp_path):
+    """With or without ``../shared`` (:func:`smoke.preset_here`: a stand-in data folder, the same run ids)."""
+    runs = load_sweep(preset_here(BENCH / preset, tmp_path))
     assert {r.spec.method for r in runs} == methods
     fedavg = lambda rs: {r.spec.run_id for r in rs if r.spec.method == "fedavg"}  # noqa: E731
-    assert fedavg(runs) == fedavg(load_sweep(BENCH / base))
+    assert fedavg(runs) == fedavg(load_sweep(preset_here(BENCH / base, tmp_path)))
