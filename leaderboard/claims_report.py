@@ -245,6 +245,19 @@ def _counts(outcomes: Sequence[Outcome], every: bool) -> str:
     return ", ".join(f"{n[v]} {v}" for v in VERDICTS if every or n[v])
 
 
+def _seed_line(outcomes: Sequence[Outcome]) -> list[str]:
+    """How many tested claims (measured, not marked not testable) have the :data:`MIN_SEEDS` the
+    evidence asks for, and the seed counts of the others (``Seeds: 31 of 72 tested claims at 5
+    or more; 41 at 3.``)."""
+    n = Counter(len(o.measured.seeds) for o in outcomes if o.measured is not None and o.verdict != NOT_TESTABLE)
+    if not n:
+        return []
+    full = sum(c for k, c in n.items() if k >= MIN_SEEDS)
+    short = "; ".join(f"{c} at {k}" for k, c in sorted(n.items(), reverse=True) if k < MIN_SEEDS)
+    return ["", f"Seeds: {full} of {n.total()} tested claims at {MIN_SEEDS} or more" + (f"; {short}" if short else "")
+            + "."]
+
+
 def render_claims(papers: Sequence[tuple[str, str, list[Outcome]]], n_records: int, versions: str = "",
                   figures: bool = False) -> str:
     """The report of ``papers`` ((name, title, outcomes), in order); ``versions``: which
@@ -254,7 +267,7 @@ def render_claims(papers: Sequence[tuple[str, str, list[Outcome]]], n_records: i
     outcomes = [o for _, _, os_ in papers for o in os_]
     m = sum(o.p_holm is not None for o in outcomes)
     lines = ["# Paper claims tested on the committed records", ""] + _rules(m, n_records, outcomes, versions)
-    lines += ["", f"{len(outcomes)} claims: {_counts(outcomes, every=True)}."]
+    lines += ["", f"{len(outcomes)} claims: {_counts(outcomes, every=True)}."] + _seed_line(outcomes)
     for name, title, os_ in papers:
         lines += ["", f"## {esc(title)}", "", f"`{esc(name)}`: {len(os_)} claims, {_counts(os_, every=False)}."]
         if figures and gap_rows(os_):

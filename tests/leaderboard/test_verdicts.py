@@ -40,6 +40,19 @@ def test_each_verdict_on_hand_built_records():
     summary = next(line for line in text.splitlines() if line.startswith("7 claims: "))
     assert summary == ("7 claims: 1 reproduced, 1 not reproduced at the paper's size, 1 reversed, 1 inconclusive, "
                        "2 not run, 1 not testable here.")
+    assert "Seeds: 4 of 4 tested claims at 5 or more." in text.splitlines()  # the not testable one's seeds not counted
+
+
+def test_the_seed_line_counts_tested_claims_short_of_five_seeds():
+    """Tested claims at 5, 3 and 2 seeds (two at 3): one at 5 or more, the others by their count."""
+    recs = (_pair("a", "b", [10, 10.1, 9.9, 10, 10]) + _pair("c", "d", [1, -1, 2])
+            + _pair("e", "f", [3, 2, 4]) + _pair("g", "h", [5, 6]))
+    claims = [_c("a", "b", 60, 50), _c("c", "d", 51, 50), _c("e", "f", 51, 50), _c("g", "h", 51, 50),
+              _c("x", "y", 51, 50)]
+    text = render_claims([("p", "P", evaluate(claims, recs))], len(recs))
+    assert "Seeds: 1 of 4 tested claims at 5 or more; 2 at 3; 1 at 2." in text.splitlines()
+    assert not any(line.startswith("Seeds:") for line in render_claims([("p", "P", evaluate(claims[4:], recs))],
+                                                                       len(recs)).splitlines())
 
 
 def test_a_claim_not_run_names_the_records_at_another_budget():
