@@ -141,14 +141,17 @@ def test_the_readme_is_a_front_page():
 def test_the_readmes_evidence_figure_is_the_committed_reports():
     """Claims run of runnable (tested, of tested + not run) and those at 5 seeds, as the
     committed leaderboard/claims.md counts them; a landing that moves them updates the README."""
+    from fedbench.leaderboard.claims_cost import MIN_SEEDS
+    from fedbench.leaderboard.claims_verdict import NOT_RUN, NOT_TESTABLE, VERDICTS
+
     report = (REPO / "leaderboard" / "claims.md").read_text(encoding="utf-8")
-    n = {v: int(k) for k, v in re.findall(r"(\d+) (reproduced|not reproduced at the paper's size|reversed|"
-                                         r"inconclusive|not run)[,.]", report.split("\n## ")[0])}
-    tested = sum(n.values()) - n["not run"]
-    (full,) = re.findall(r"^Seeds: (\d+) of (?:\d+) tested claims at 5 or more", report, re.M)
+    runnable = "|".join(re.escape(v) for v in VERDICTS if v != NOT_TESTABLE)
+    n = {v: int(k) for k, v in re.findall(rf"(\d+) ({runnable})[,.]", report.split("\n## ")[0])}
+    tested = sum(n.values()) - n[NOT_RUN]
+    (full,) = re.findall(rf"^Seeds: (\d+) of (?:\d+) tested claims at {MIN_SEEDS} or more", report, re.M)
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert (f"Paper-claim evidence: {tested} of {tested + n['not run']} runnable claims run, {full} of them at "
-            "5 seeds") in readme
+    assert (f"Paper-claim evidence: {tested} of {tested + n[NOT_RUN]} runnable claims run, {full} of them at "
+            f"{MIN_SEEDS} seeds") in readme
 
 
 def test_every_marked_block_is_found():
