@@ -25,6 +25,7 @@ from fedbench.runners.executors.adapters import AdapterModel
 from fedbench.runners.budget.allocation import Planner, ProbeSetup, ladder
 from fedbench.runners.budget.devices import Device, client_seconds, load_catalog
 from fedbench.runners.budget.plan_models import shape_of
+from fedbench.runners.core.environment import check_torchvision
 from fedbench.runners.cost.stepcost import on_meta
 from fedbench.runners.core.spec import TrainSettings
 from fedbench.units import GB, MB
@@ -155,6 +156,7 @@ def cmd_plan(args) -> int:
     from fedbench.methods import METHODS
 
     check_options(args)  # every count within what a model can hold, a device named
+    check_torchvision()  # before transformers imports it while building the shapes
     catalog = load_catalog(args.device_catalog)
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
     unknown = [n for n in names if n not in catalog]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,40 @@ def resolve_device(spec: str) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {spec} asked for, but CUDA is not available on this machine")
     return dev
+
+
+def check_torchvision() -> None:
+    """torchvision's compiled operators load against this torch, or a :class:`UserError` saying
+    how to pair them.
+
+    transformers and timm import torchvision when they build a model; a torchvision built for
+    another torch (PyPI's CUDA build next to a CPU-only torch from download.pytorch.org/whl/cpu,
+    which pip mixes when that index is unreachable and it falls back to another) fails there
+    with ``RuntimeError: operator torchvision::nms does not exist``, deep in a traceback. This
+    import moves the failure to the start of the run, with the versions and the fix. Nothing
+    when torchvision is not installed.
+    """
+    if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is None:
+        return
+    try:
+        importlib.import_module("torchvision")
+    except (RuntimeError, OSError, ImportError) as e:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
+
+        try:
+            tv = dist_version("torchvision")
+        except PackageNotFoundError:
+            tv = "?"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        tv_base, torch_base = tv.split("+")[0], torch.__version__.split("+")[0]
+        raise UserError(
+            f"torch {torch.__version__} and torchvision {tv} do not load together ({first}): they are two "
+            "different builds, e.g. a CPU-only torch from download.pytorch.org/whl/cpu beside PyPI's CUDA "
+            "torchvision. Install the pair from one index: pip install --force-reinstall "
+            f"torch=={torch_base} torchvision=={tv_base} --index-url https://download.pytorch.org/whl/cpu "
+            "(or the same without --index-url for PyPI's pair); both versions then end in +cpu, or neither does"
+        ) from None
 
 
 def available_cores() -> int:

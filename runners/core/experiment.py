@@ -32,7 +32,7 @@ from fedbench.runners.outputs import checkpoint, failures
 from fedbench.runners.executors import ray_executor  # noqa: F401 - registers the "ray" executor (imports ray only when used)
 from fedbench.runners.executors import packed  # noqa: F401 - registers the "packed" executor
 from fedbench.runners.outputs.callbacks import Callback, DeadlineGuard, DivergenceGuard
-from fedbench.runners.core.environment import resolve_device, resolve_threads
+from fedbench.runners.core.environment import check_torchvision, resolve_device, resolve_threads
 from fedbench.runners.core.evaluation import Evaluator
 from fedbench.runners.executors.executor import EXECUTORS, Executor
 from fedbench.runners.core.federation import Federation, build_federation
@@ -74,6 +74,7 @@ class Experiment:
                             f"{spec.task!r} does not offer with this config (it has: {', '.join(self.task.archs())})")
         EXECUTORS.resolve(spec.run.executor)
         self.device = resolve_device(spec.run.device)
+        check_torchvision()  # a mismatched torch/torchvision pair fails here, not deep in a model import
         self.threads = resolve_threads(spec.run.threads, self.task.tiny)
         self.user_callbacks = list(callbacks or [])
         self.data = data
