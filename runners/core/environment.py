@@ -58,7 +58,7 @@ def check_torchvision() -> None:
             "different builds, e.g. a CPU-only torch from download.pytorch.org/whl/cpu beside PyPI's CUDA "
             "torchvision. Install the pair from one index: pip install --force-reinstall "
             f"torch=={torch_base} torchvision=={tv_base} --index-url https://download.pytorch.org/whl/cpu "
-            "(or the same without --index-url for PyPI's pair); both versions then end in +cpu, or neither does"
+            "(both then end in +cpu), or take PyPI's pair: pip install --force-reinstall torch torchvision"
         ) from None
 
 
