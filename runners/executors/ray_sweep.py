@@ -247,13 +247,13 @@ def run_pending(left: list[tuple[str, SweepRun]], n_runs: int, done: int, args: 
                 warn: Callable[[str], None], say: Callable[[str], None] = print) -> "SweepResult":
     """Run a sweep's runs not done yet (``left``: label and run; :func:`fedbench.runners.cli.sweeping.run_sweep`
     sorted them) as Ray tasks; ``say`` gets each line."""
+    ray = require_ray()  # first: without Ray, the install line rather than ray.util's ImportError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from fedbench.runners.cli.sweeping import CANCELLED, FAILED, OK, SweepResult
     from fedbench.runners.executors.ray_files import DriverFiles
     from fedbench.runners.executors.ray_run import run_task
 
-    ray = require_ray()
     cpus, node_retries = _check(args)
     # the records directory as this process sees it, whatever the worker's directory
     todo = deque(Flight(label, f"{r.label} ({r.spec.run_id})",

@@ -4,6 +4,8 @@ Each case fails in validation: ``Task.build_model`` is patched to fail loudly, s
 that got as far as building a model would not pass.
 """
 
+import sys
+
 import pytest
 
 from fedbench.runners.cli.cli import main
@@ -258,3 +260,17 @@ def test_sweep_cpus_per_run_must_be_positive(value, capsys, tmp_path):
     preset.write_text("task: tiny_text\nmethods: [fedavg]\n" + SMALL)
     _one_line_error(["sweep", str(preset), "--out", str(tmp_path / "res"), "--no-progress", "--workers", "1",
                      "--cpus-per-run", value], "--cpus-per-run must be a number > 0", capsys)
+
+
+def test_sweep_workers_without_ray_is_the_install_line(capsys, tmp_path, monkeypatch):
+    """A parallel sweep where Ray is not installed. The run loop imported ``ray.util`` before
+    asking for Ray, so a machine without it got a traceback; with Ray installed, its submodules
+    already loaded hid that: they are unloaded here, so the case is the same on both."""
+    for name in [n for n in sys.modules if n == "ray" or n.startswith("ray.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray (and ray.util) raises ImportError
+    preset = tmp_path / "p.yaml"
+    preset.write_text("task: tiny_text\nmethods: [fedavg]\n" + SMALL)
+    _one_line_error(["sweep", str(preset), "--out", str(tmp_path / "res"), "--no-progress", "--workers", "2"],
+                    "pip install 'fedbench-peft[ray]'", capsys)
+    assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))

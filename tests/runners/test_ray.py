@@ -127,14 +127,6 @@ def test_parallel_sweep_records_a_failed_run_and_goes_on(tmp_path, capsys):
     assert statuses == ["failed", "ok"]
 
 
-def test_without_ray_one_line_with_the_install_hint(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
-    preset = _preset(tmp_path, "methods: [fedavg]")
-    assert main(["sweep", preset, "--no-progress", "--workers", "2"]) == 2
-    assert "pip install 'fedbench-peft[ray]'" in capsys.readouterr().err
-    assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))
-
-
 def test_a_run_that_sent_no_record_is_recorded_from_its_checkpoint(tmp_path):
     """A run whose task raised or was lost: the driver's record says the rounds its checkpoint
     holds (it said 0 rounds beside a 2-round checkpoint), and says it failed."""
