@@ -40,6 +40,8 @@
 # 50-round runs x 16.8 min (mean seconds_total of the 50 Fig. 6 records of 2026-11-30, range
 # 13.5-24.1) = 30 h, exclusive 8 x ~2.5 min, FedLoRA's baselines 16 runs (~4.6 h at the rate
 # above): about 35 core-hours, 18 h on two cores.
+# Left on 2026-12-02 (the same --dry-run count): none, every line of the order has 0 runs to do:
+# all 72 runnable claims at 5 seeds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WORKERS=${WORKERS:-1}
